@@ -1,0 +1,178 @@
+"""Numba kernels for CPUs: the same bytes as `formats.reference`, parallel and in one pass.
+
+Called only through `backends.cpu`; every array argument is contiguous and float32/uint8.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+ABS_MASK = np.uint32(0x7FFFFFFF)
+INF_BITS = np.uint32(0x7F800000)
+NAN_BITS = np.uint32(0x7FC00000)
+CHUNK = 16384  # elements per parallel work item; a multiple of 8 so packed bytes never straddle
+
+
+@njit(cache=True, parallel=True)
+def block_scale_bits(xbits, n, block, seg, scale_bits):
+    """Absmax per block as float32 bits, NaN bits for a block holding NaN/Inf.
+
+    Integer max on |x|'s bits orders non-negative floats correctly and vectorises; any bit
+    pattern >= INF_BITS is Inf or NaN. Blocks are cut into segments of `seg` for parallelism.
+    """
+    nb = scale_bits.size
+    segs_per_block = (block + seg - 1) // seg
+    partial = np.zeros(nb * segs_per_block, dtype=np.uint32)
+    for p in prange(nb * segs_per_block):
+        b = p // segs_per_block
+        s = b * block + (p % segs_per_block) * seg
+        e = min(s + seg, (b + 1) * block, n)
+        m = np.uint32(0)
+        for i in range(s, e):
+            v = xbits[i] & ABS_MASK
+            m = v if v > m else m
+        partial[p] = m
+    for b in range(nb):
+        m = np.uint32(0)
+        for q in range(segs_per_block):
+            v = partial[b * segs_per_block + q]
+            m = v if v > m else m
+        scale_bits[b] = NAN_BITS if m >= INF_BITS else m
+
+
+@njit(cache=True, inline="always")
+def _uniform(seed, i):
+    h = (np.uint64(i) + np.uint64(seed) * np.uint64(0x9E3779B9)) & np.uint64(0xFFFFFFFF)
+    h ^= h >> np.uint64(16)
+    h = (h * np.uint64(0x7FEB352D)) & np.uint64(0xFFFFFFFF)
+    h ^= h >> np.uint64(15)
+    h = (h * np.uint64(0x846CA68B)) & np.uint64(0xFFFFFFFF)
+    h ^= h >> np.uint64(16)
+    return np.float32(h >> np.uint64(8)) * np.float32(2.0 ** -24)
+
+
+@njit(cache=True, inline="always")
+def _pack_chunk(ctmp, length, bits, codes, byte0):
+    per = 8 // bits
+    if per == 1:
+        for j in range(length):
+            codes[byte0 + j] = ctmp[j]
+        return
+    nbytes = (length + per - 1) // per
+    for k in range(nbytes):
+        acc = 0
+        for q in range(per):
+            j = k * per + q
+            if j < length:
+                acc |= np.int64(ctmp[j]) << (q * bits)
+        codes[byte0 + k] = np.uint8(acc)
+
+
+@njit(cache=True, parallel=True)
+def encode_codebook(x, n, block, scales, codes, lut, mids, values, size, bits, stochastic, seed):
+    """Codes = count(mids < x/scale) (nearest) or stochastic rounding between neighbours."""
+    nchunks = (n + CHUNK - 1) // CHUNK
+    per = 8 // bits
+    for c in prange(nchunks):
+        start = c * CHUNK
+        end = min(start + CHUNK, n)
+        vtmp = np.empty(end - start, dtype=np.float32)
+        ctmp = np.empty(end - start, dtype=np.uint8)
+        i = start
+        while i < end:
+            b = i // block
+            e = min(end, (b + 1) * block)
+            s = scales[b]
+            if s > 0 and s < np.inf:
+                for j in range(i, e):
+                    vtmp[j - start] = x[j] / s
+            else:
+                for j in range(i, e):
+                    vtmp[j - start] = np.float32(0)
+            i = e
+        vbits = vtmp.view(np.uint32)
+        if not stochastic:
+            for j in range(end - start):
+                k = lut[vbits[j] >> np.uint32(16)]
+                ctmp[j] = k + (mids[k] < vtmp[j])
+        else:
+            for j in range(end - start):
+                v = vtmp[j]
+                lo, hi = 0, size  # largest lo with values[lo] <= v
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    if values[mid] <= v:
+                        lo = mid
+                    else:
+                        hi = mid
+                code = lo
+                if lo < size - 1 and values[lo] != v:
+                    p = (v - values[lo]) / (values[lo + 1] - values[lo])
+                    if _uniform(seed, start + j) < p:
+                        code = lo + 1
+                ctmp[j] = code
+        _pack_chunk(ctmp, end - start, bits, codes, start // per)
+
+
+@njit(cache=True, parallel=True)
+def encode_threshold(x, n, residual, use_residual, codes, levels, bits):
+    """Sign + magnitude index k = count(levels <= |x + residual|); residual keeps the rest."""
+    nchunks = (n + CHUNK - 1) // CHUNK
+    per = 8 // bits
+    half = 1 << (bits - 1)
+    nl = levels.size
+    for c in prange(nchunks):
+        start = c * CHUNK
+        end = min(start + CHUNK, n)
+        ctmp = np.empty(end - start, dtype=np.uint8)
+        for j in range(start, end):
+            g = x[j] + residual[j] if use_residual else x[j]
+            if not (abs(g) < np.inf):
+                ctmp[j - start] = half
+                if use_residual:
+                    residual[j] = np.float32(0)
+                continue
+            a = abs(g)
+            k = 0
+            while k < nl and levels[k] <= a:
+                k += 1
+            val = levels[k - 1] if k > 0 else np.float32(0)
+            neg = g < 0 and k > 0
+            ctmp[j - start] = k + half if neg else k
+            if use_residual:
+                residual[j] = g + val if neg else g - val
+        _pack_chunk(ctmp, end - start, bits, codes, start // per)
+
+
+@njit(cache=True, parallel=True)
+def decode(codes, n, block, scales, has_scales, table, bits, out, accumulate):
+    """out = table[code] * scale (or out += it); threshold formats have no scales."""
+    nchunks = (n + CHUNK - 1) // CHUNK
+    per = 8 // bits
+    mask = (1 << bits) - 1
+    for c in prange(nchunks):
+        start = c * CHUNK
+        end = min(start + CHUNK, n)
+        i = start
+        while i < end:
+            s = np.float32(1)
+            e = end
+            if has_scales:
+                b = i // block
+                e = min(end, (b + 1) * block)
+                s = scales[b]
+            if per == 1:
+                if accumulate:
+                    for j in range(i, e):
+                        out[j] += table[codes[j]] * s
+                else:
+                    for j in range(i, e):
+                        out[j] = table[codes[j]] * s
+            else:
+                for j in range(i, e):
+                    code = (codes[j // per] >> ((j % per) * bits)) & mask
+                    if accumulate:
+                        out[j] += table[code] * s
+                    else:
+                        out[j] = table[code] * s
+            i = e

@@ -1,0 +1,98 @@
+"""CUDA backend: CuPy RawKernels compiled lazily from kernels/codec.cu."""
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from typing import Optional
+
+from horovod_q8 import _compat
+from horovod_q8.formats.codebooks import tables
+from horovod_q8.formats.spec import CODEBOOK, Format
+
+THREADS = 256
+
+
+def kernel_source() -> str:
+    return resources.files("horovod_q8.kernels").joinpath("codec.cu").read_text()
+
+
+def _cp():
+    cp = _compat.cupy()
+    if cp is None:
+        raise RuntimeError("the CUDA backend needs CuPy and a visible GPU")
+    return cp
+
+
+@functools.lru_cache(maxsize=None)
+def _module():
+    return _cp().RawModule(code=kernel_source(), options=("--std=c++14",))
+
+
+@functools.lru_cache(maxsize=None)
+def _device_table(fmt: Format, which: str):
+    cp = _cp()
+    if which == "decode":
+        return cp.asarray(fmt.decode_table())
+    if which == "levels":
+        return cp.asarray(list(fmt.levels), dtype=cp.float32)
+    t = tables(fmt.codebook, fmt.bits)
+    return cp.asarray(getattr(t, which))
+
+
+def _grid(work: int) -> tuple:
+    return (max(1, min(-(-work // THREADS), 65535 * 4)),)
+
+
+def encode(x, fmt: Format, residual=None, seed: Optional[int] = None, out=None):
+    """Quantize a float32 1-D CuPy array; same bytes as formats.reference.encode."""
+    cp = _cp()
+    n = x.size
+    if out is None:
+        out = cp.empty(fmt.nbytes(n), dtype=cp.uint8)
+    nb = fmt.n_blocks(n)
+    if n == 0:
+        return out
+    per = 8 // fmt.bits
+    codes = out[4 * nb:]
+    mod = _module()
+    if fmt.kind == CODEBOOK:
+        block = fmt.block_for(n)
+        scale_bits = out[: 4 * nb].view(cp.uint32)
+        scale_bits.fill(0)
+        seg = min(block, 8192)
+        segs = -(-block // seg)
+        mod.get_function("block_absmax_bits")(
+            (nb * segs,), (THREADS,), (x, cp.int64(n), cp.int64(block), cp.int64(seg),
+                                       cp.int64(segs), scale_bits))
+        t = tables(fmt.codebook, fmt.bits)
+        mod.get_function("encode_codebook")(
+            _grid(-(-n // per)), (THREADS,),
+            (x, cp.int64(n), cp.int64(block), scale_bits.view(cp.float32), codes,
+             _device_table(fmt, "mids"), _device_table(fmt, "values"), cp.int32(t.size),
+             cp.int32(fmt.bits), cp.int32(fmt.rounding == "stochastic"),
+             cp.uint32((fmt.seed if seed is None else seed) & 0xFFFFFFFF)))
+    else:
+        use = residual is not None
+        r = residual if use else cp.empty(1, cp.float32)
+        mod.get_function("encode_threshold")(
+            _grid(-(-n // per)), (THREADS,),
+            (x, cp.int64(n), r, cp.int32(use), codes, _device_table(fmt, "levels"),
+             cp.int32(len(fmt.levels)), cp.int32(fmt.bits)))
+    return out
+
+
+def decode(buf, fmt: Format, n: int, out=None, accumulate: bool = False):
+    """Dequantize into a float32 CuPy array (or add into it when accumulate)."""
+    cp = _cp()
+    if out is None:
+        out = cp.zeros(n, cp.float32) if accumulate else cp.empty(n, cp.float32)
+    if n == 0:
+        return out
+    nb = fmt.n_blocks(n)
+    per = 8 // fmt.bits
+    scales = buf[: 4 * nb].view(cp.float32) if nb else cp.empty(1, cp.float32)
+    _module().get_function("decode")(
+        _grid(-(-n // per)), (THREADS,),
+        (buf[4 * nb:], cp.int64(n), cp.int64(fmt.block_for(n)), scales, cp.int32(fmt.has_scales),
+         _device_table(fmt, "decode"), cp.int32(fmt.bits), out, cp.int32(accumulate)))
+    return out

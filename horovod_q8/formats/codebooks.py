@@ -1,0 +1,122 @@
+"""The value tables of the codebook formats, and the lookup tables derived from them.
+
+Every codebook is a sorted list of at most 2**bits distinct float32 values in [-1, 1]
+that contains 0 and whose largest value is exactly 1. A code is the index of a value in
+that sorted list. `docs/formats.md` gives the construction of each table.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+
+def _normalise(positive: list[float]) -> np.ndarray:
+    """Mirror positive magnitudes, add 0, scale so the largest value is 1, sort."""
+    pos = np.asarray(positive, dtype=np.float64)
+    pos = pos / pos.max()
+    values = np.concatenate([-pos, [0.0], pos]).astype(np.float32)
+    return np.unique(values)  # sorted, duplicates removed
+
+
+def linear_values() -> np.ndarray:
+    """Linear quantization: k/127 for k in -127..127."""
+    return _normalise([k / 127 for k in range(1, 128)])
+
+
+def mantissa_values() -> np.ndarray:
+    """8-bit mantissa approximation: a minifloat with 1 sign, 3 exponent, 4 mantissa bits.
+
+    Exponent field e=1..7 gives 2**(e-7) * (1 + m/16); e=0 gives subnormals 2**-6 * m/16.
+    """
+    pos = [2.0 ** -6 * m / 16 for m in range(1, 16)]
+    pos += [2.0 ** (e - 7) * (1 + m / 16) for e in range(1, 8) for m in range(16)]
+    return _normalise(pos)
+
+
+def _tree(exponent_values: range, fraction_bits) -> list[float]:
+    """Decimal exponent 10**-z times a linear fraction in [0.1, 1] (bin midpoints)."""
+    out = []
+    for z in exponent_values:
+        f = fraction_bits(z)
+        out += [10.0 ** -z * (0.1 + 0.9 * (k + 0.5) / 2 ** f) for k in range(2 ** f)]
+    return out
+
+
+def static_tree_values() -> np.ndarray:
+    """Static tree: a fixed split of the 7 magnitude bits, 3 exponent bits and 4 fraction bits.
+
+    The smallest magnitude (z=7, k=0) is dropped to make room for an exact zero.
+    """
+    pos = sorted(_tree(range(8), lambda z: 4))[1:]
+    return _normalise(pos)
+
+
+def dynamic_tree_values() -> np.ndarray:
+    """Dynamic tree (Dettmers): the number of leading zero bits z is the decimal exponent,
+    a 1 bit ends it, and the remaining 6 - z bits are a linear fraction in [0.1, 1]."""
+    return _normalise(_tree(range(7), lambda z: 6 - z))
+
+
+def q4_values() -> np.ndarray:
+    """4-bit normal-quantile codebook: 0 and +-Phi^-1(0.5 + i/7 * 15/32), i=1..7, normalised."""
+    nd = NormalDist()
+    return _normalise([nd.inv_cdf(0.5 + i / 7 * (0.5 - 1 / 32)) for i in range(1, 8)])
+
+
+VALUE_TABLES = {
+    "linear": linear_values,
+    "mantissa": mantissa_values,
+    "static_tree": static_tree_values,
+    "dynamic_tree": dynamic_tree_values,
+    "q4": q4_values,
+}
+
+
+@dataclass(frozen=True)
+class CodebookTables:
+    """Everything an encoder or decoder needs, padded to fixed sizes for the kernels."""
+
+    values: np.ndarray  # float32[2**bits]; entries past `size` repeat the last value
+    mids: np.ndarray  # float32[2**bits]; mids[i] = (values[i]+values[i+1])/2, +inf past size-2
+    lut: np.ndarray  # uint8[65536]; lut[bits(v) >> 16] = count(mids < smallest v of that key)
+    size: int  # number of distinct values
+    zero_code: int  # index of 0.0
+
+
+def _key_range(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Smallest and largest float32 whose top 16 bits equal each key."""
+    lo_bits = (keys.astype(np.uint32) << 16)
+    hi_bits = lo_bits | np.uint32(0xFFFF)
+    a, b = lo_bits.view(np.float32), hi_bits.view(np.float32)
+    negative = keys >= 0x8000
+    return np.where(negative, b, a), np.where(negative, a, b)
+
+
+@functools.lru_cache(maxsize=None)
+def tables(name: str, bits: int) -> CodebookTables:
+    """Build (once) the padded tables of codebook `name` for a `bits`-bit code."""
+    values = VALUE_TABLES[name]()
+    n_codes = 2 ** bits
+    if len(values) > n_codes or values[-1] != 1.0 or 0.0 not in values:
+        raise ValueError(f"codebook {name!r} does not fit {bits} bits")
+    size = len(values)
+    mids64 = (values[:-1].astype(np.float64) + values[1:]) / 2
+    mids = np.full(n_codes, np.inf, dtype=np.float32)
+    mids[: size - 1] = mids64.astype(np.float32)
+    padded = np.full(n_codes, values[-1], dtype=np.float32)
+    padded[:size] = values
+
+    keys = np.arange(65536, dtype=np.uint32)
+    vmin, vmax = _key_range(keys)
+    with np.errstate(invalid="ignore"):
+        lo = np.searchsorted(mids[: size - 1], vmin, side="left")
+        hi = np.searchsorted(mids[: size - 1], vmax, side="left")
+    in_range = np.isfinite(vmin) & np.isfinite(vmax) & (vmax >= -1) & (vmin <= 1)
+    if np.any((hi - lo)[in_range] > 1):
+        raise AssertionError(f"codebook {name!r}: a 16-bit key spans two midpoints")
+    lut = np.where(in_range, lo, 0).astype(np.uint8)
+    zero_code = int(np.nonzero(values == 0.0)[0][0])
+    return CodebookTables(padded, mids, lut, size, zero_code)

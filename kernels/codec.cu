@@ -1,0 +1,146 @@
+// horovod_q8 quantize / dequantize kernels, compiled by CuPy (RawModule) or `nvcc -ptx`.
+// Byte-for-byte the same as horovod_q8/formats/reference.py; see docs/formats.md.
+// Explicit __f*_rn intrinsics keep the compiler from fusing multiply-adds, which would
+// change the last bit relative to the CPU backends.
+
+#define ABS_MASK 0x7fffffffu
+#define INF_BITS 0x7f800000u
+#define NAN_BITS 0x7fc00000u
+#define MAX_CODES 256
+
+extern "C" {
+
+__device__ __forceinline__ float uniform01(unsigned int seed, unsigned long long i) {
+    unsigned int h = (unsigned int)i + seed * 0x9E3779B9u;
+    h ^= h >> 16; h *= 0x7FEB352Du;
+    h ^= h >> 15; h *= 0x846CA68Bu;
+    h ^= h >> 16;
+    return (float)(h >> 8) * 5.9604644775390625e-8f;  // 2**-24
+}
+
+// Absmax of each block as float32 bits (NaN bits if the block holds NaN/Inf).
+// grid.x = n_blocks * segs_per_block; scale_bits must be zeroed first.
+__global__ void block_absmax_bits(const float* __restrict__ x, long long n, long long block,
+                                  long long seg, long long segs_per_block,
+                                  unsigned int* __restrict__ scale_bits) {
+    __shared__ unsigned int warp_max[32];
+    long long b = blockIdx.x / segs_per_block;
+    long long start = b * block + (blockIdx.x % segs_per_block) * seg;
+    long long end = min(min(start + seg, (b + 1) * block), n);
+    unsigned int m = 0;
+    for (long long i = start + threadIdx.x; i < end; i += blockDim.x) {
+        unsigned int v = __float_as_uint(x[i]) & ABS_MASK;
+        if (v >= INF_BITS) v = NAN_BITS;
+        m = max(m, v);
+    }
+    for (int off = 16; off > 0; off >>= 1) m = max(m, __shfl_down_sync(0xffffffffu, m, off));
+    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        m = threadIdx.x < (blockDim.x + 31) / 32 ? warp_max[threadIdx.x] : 0u;
+        for (int off = 16; off > 0; off >>= 1) m = max(m, __shfl_down_sync(0xffffffffu, m, off));
+        if (threadIdx.x == 0 && m > 0) atomicMax(&scale_bits[b], m);
+    }
+}
+
+// One thread per output byte. Nearest: code = count(mids < x/scale). Stochastic: between
+// the neighbouring values, up with probability (v - lo) / (hi - lo).
+__global__ void encode_codebook(const float* __restrict__ x, long long n, long long block,
+                                const float* __restrict__ scales, unsigned char* __restrict__ codes,
+                                const float* __restrict__ mids, const float* __restrict__ values,
+                                int size, int bits, int stochastic, unsigned int seed) {
+    __shared__ float s_mids[MAX_CODES], s_vals[MAX_CODES];
+    const int L = 1 << bits;
+    for (int t = threadIdx.x; t < L; t += blockDim.x) { s_mids[t] = mids[t]; s_vals[t] = values[t]; }
+    __syncthreads();
+    const int per = 8 / bits;
+    const long long nbytes = (n + per - 1) / per;
+    for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < nbytes;
+         k += (long long)gridDim.x * blockDim.x) {
+        unsigned int acc = 0;
+        for (int q = 0; q < per; ++q) {
+            long long j = k * per + q;
+            if (j >= n) break;
+            float s = scales[j / block];
+            float v = (s > 0.0f && s < INFINITY) ? __fdiv_rn(x[j], s) : 0.0f;
+            int code = 0;
+            if (!stochastic) {
+                for (int step = L / 2; step > 0; step >>= 1)
+                    if (s_mids[code + step - 1] < v) code += step;
+            } else {
+                int c = 0;  // count(values <= v)
+                for (int step = L / 2; step > 0; step >>= 1)
+                    if (s_vals[c + step - 1] <= v) c += step;
+                if (s_vals[L - 1] <= v) c = L;
+                int lo = min(max(c - 1, 0), size - 1);
+                code = lo;
+                if (lo < size - 1 && s_vals[lo] != v) {
+                    float p = __fdiv_rn(__fsub_rn(v, s_vals[lo]), __fsub_rn(s_vals[lo + 1], s_vals[lo]));
+                    if (uniform01(seed, (unsigned long long)j) < p) code = lo + 1;
+                }
+            }
+            acc |= (unsigned int)code << (q * bits);
+        }
+        codes[k] = (unsigned char)acc;
+    }
+}
+
+// Threshold formats (twobit, q4_threshold): g = x + residual; k = count(levels <= |g|);
+// code = k, plus the sign bit when g < 0 and k > 0; a non-finite g gives the sign bit alone.
+__global__ void encode_threshold(const float* __restrict__ x, long long n, float* __restrict__ residual,
+                                 int use_residual, unsigned char* __restrict__ codes,
+                                 const float* __restrict__ levels, int n_levels, int bits) {
+    const int per = 8 / bits, half = 1 << (bits - 1);
+    const long long nbytes = (n + per - 1) / per;
+    for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < nbytes;
+         k += (long long)gridDim.x * blockDim.x) {
+        unsigned int acc = 0;
+        for (int q = 0; q < per; ++q) {
+            long long j = k * per + q;
+            if (j >= n) break;
+            float g = use_residual ? __fadd_rn(x[j], residual[j]) : x[j];
+            int code;
+            if (!(fabsf(g) < INFINITY)) {
+                code = half;
+                if (use_residual) residual[j] = 0.0f;
+            } else {
+                float a = fabsf(g);
+                int m = 0;
+                while (m < n_levels && levels[m] <= a) ++m;
+                float val = m > 0 ? levels[m - 1] : 0.0f;
+                bool neg = g < 0.0f && m > 0;
+                code = neg ? m + half : m;
+                if (use_residual) residual[j] = neg ? __fadd_rn(g, val) : __fsub_rn(g, val);
+            }
+            acc |= (unsigned int)code << (q * bits);
+        }
+        codes[k] = (unsigned char)acc;
+    }
+}
+
+// out = table[code] * scale, or out += that when accumulate. One thread per input byte.
+__global__ void decode(const unsigned char* __restrict__ codes, long long n, long long block,
+                       const float* __restrict__ scales, int has_scales,
+                       const float* __restrict__ table, int bits, float* __restrict__ out,
+                       int accumulate) {
+    __shared__ float s_table[MAX_CODES];
+    const int L = 1 << bits;
+    for (int t = threadIdx.x; t < L; t += blockDim.x) s_table[t] = table[t];
+    __syncthreads();
+    const int per = 8 / bits;
+    const unsigned int mask = (1u << bits) - 1u;
+    const long long nbytes = (n + per - 1) / per;
+    for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < nbytes;
+         k += (long long)gridDim.x * blockDim.x) {
+        unsigned int byte = codes[k];
+        for (int q = 0; q < per; ++q) {
+            long long j = k * per + q;
+            if (j >= n) break;
+            float s = has_scales ? scales[j / block] : 1.0f;
+            float val = __fmul_rn(s_table[(byte >> (q * bits)) & mask], s);
+            out[j] = accumulate ? __fadd_rn(out[j], val) : val;
+        }
+    }
+}
+
+}  // extern "C"

@@ -1,0 +1,22 @@
+"""Package build for horovod_q8: the library, its CLI and the CUDA kernel sources."""
+from setuptools import find_packages, setup
+
+setup(
+    name="horovod_q8",
+    version="0.1.0",
+    description="8-bit and 4-bit gradient and activation compression for Horovod",
+    packages=find_packages(include=["horovod_q8", "horovod_q8.*"]),
+    # The .cu sources live in kernels/ at the top level and ship inside the package.
+    package_dir={"horovod_q8": "horovod_q8", "horovod_q8.kernels": "kernels"},
+    package_data={"horovod_q8.kernels": ["*.cu"]},
+    python_requires=">=3.9",
+    install_requires=["numpy>=1.23"],
+    extras_require={
+        "cpu": ["numba>=0.59"],
+        "tf": ["tensorflow-cpu==2.15.1", "horovod==0.28.1", "mpi4py>=3.1"],
+        "cuda12": ["cupy-cuda12x>=13"],
+        "cuda13": ["cupy-cuda13x>=13.6"],
+        "test": ["pytest>=7.4", "pytest-timeout>=2.2"],
+    },
+    entry_points={"console_scripts": ["horovod-q8=horovod_q8.cli:main"]},
+)
