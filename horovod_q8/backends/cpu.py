@@ -6,7 +6,7 @@ from typing import Optional
 import numpy as np
 
 from horovod_q8.backends import cpu_kernels as K
-from horovod_q8.formats.codebooks import tables
+from horovod_q8.formats.codebooks import tables, threshold_tables
 from horovod_q8.formats.spec import CODEBOOK, Format
 
 
@@ -31,7 +31,8 @@ def encode(x: np.ndarray, fmt: Format, residual: Optional[np.ndarray] = None,
     else:
         use = residual is not None
         r = residual if use else np.empty(0, np.float32)
-        K.encode_threshold(x, n, r, use, codes, np.asarray(fmt.levels, np.float32), fmt.bits)
+        lut, levels = threshold_tables(tuple(fmt.levels))
+        K.encode_threshold(x, n, r, use, codes, lut, levels, fmt.decode_table(), fmt.bits)
     return out
 
 

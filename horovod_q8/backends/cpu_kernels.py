@@ -53,19 +53,26 @@ def _uniform(seed, i):
 
 @njit(cache=True, inline="always")
 def _pack_chunk(ctmp, length, bits, codes, byte0):
-    per = 8 // bits
-    if per == 1:
+    """Pack `length` codes into bytes from codes[byte0], the first code in the lowest bits."""
+    if bits == 8:
         for j in range(length):
             codes[byte0 + j] = ctmp[j]
-        return
-    nbytes = (length + per - 1) // per
-    for k in range(nbytes):
-        acc = 0
-        for q in range(per):
-            j = k * per + q
-            if j < length:
-                acc |= np.int64(ctmp[j]) << (q * bits)
-        codes[byte0 + k] = np.uint8(acc)
+    elif bits == 4:
+        full = length // 2
+        for k in range(full):
+            codes[byte0 + k] = ctmp[2 * k] | (ctmp[2 * k + 1] << np.uint8(4))
+        if length % 2:
+            codes[byte0 + full] = ctmp[length - 1]
+    else:
+        full = length // 4
+        for k in range(full):
+            codes[byte0 + k] = (ctmp[4 * k] | (ctmp[4 * k + 1] << np.uint8(2))
+                                | (ctmp[4 * k + 2] << np.uint8(4)) | (ctmp[4 * k + 3] << np.uint8(6)))
+        if length % 4:
+            acc = np.uint8(0)
+            for q in range(length % 4):
+                acc |= ctmp[4 * full + q] << np.uint8(2 * q)
+            codes[byte0 + full] = acc
 
 
 @njit(cache=True, parallel=True)
@@ -115,33 +122,42 @@ def encode_codebook(x, n, block, scales, codes, lut, mids, values, size, bits, s
 
 
 @njit(cache=True, parallel=True)
-def encode_threshold(x, n, residual, use_residual, codes, levels, bits):
-    """Sign + magnitude index k = count(levels <= |x + residual|); residual keeps the rest."""
+def encode_threshold(x, n, residual, use_residual, codes, lut, levels, table, bits):
+    """Sign + magnitude index k = count(levels <= |x + residual|); residual keeps the rest.
+
+    levels is padded with +inf; k = lut[bits(|g|) >> 16] + (levels[that] <= |g|), as for codebooks;
+    table[code] is the signed value sent for a code (the format's decode table).
+    """
     nchunks = (n + CHUNK - 1) // CHUNK
     per = 8 // bits
     half = 1 << (bits - 1)
-    nl = levels.size
     for c in prange(nchunks):
         start = c * CHUNK
         end = min(start + CHUNK, n)
-        ctmp = np.empty(end - start, dtype=np.uint8)
-        for j in range(start, end):
-            g = x[j] + residual[j] if use_residual else x[j]
-            if not (abs(g) < np.inf):
-                ctmp[j - start] = half
-                if use_residual:
-                    residual[j] = np.float32(0)
-                continue
-            a = abs(g)
-            k = 0
-            while k < nl and levels[k] <= a:
-                k += 1
-            val = levels[k - 1] if k > 0 else np.float32(0)
-            neg = g < 0 and k > 0
-            ctmp[j - start] = k + half if neg else k
-            if use_residual:
-                residual[j] = g + val if neg else g - val
-        _pack_chunk(ctmp, end - start, bits, codes, start // per)
+        length = end - start
+        gtmp = np.empty(length, dtype=np.float32)
+        atmp = np.empty(length, dtype=np.float32)
+        ctmp = np.empty(length, dtype=np.uint8)
+        if use_residual:
+            for j in range(length):
+                gtmp[j] = x[start + j] + residual[start + j]
+        else:
+            for j in range(length):
+                gtmp[j] = x[start + j]
+        for j in range(length):
+            atmp[j] = abs(gtmp[j])
+        abits = atmp.view(np.uint32)
+        for j in range(length):
+            k = lut[abits[j] >> np.uint32(16)]
+            k += levels[k] <= atmp[j]
+            neg = (gtmp[j] < 0) & (k > 0)
+            ctmp[j] = half if abits[j] >= INF_BITS else k + half * neg
+        if use_residual:
+            # table[code] is the signed value sent; a non-finite g restarts from 0.
+            for j in range(length):
+                c = ctmp[j]
+                residual[start + j] = np.float32(0) if c == half else gtmp[j] - table[c]
+        _pack_chunk(ctmp, length, bits, codes, start // per)
 
 
 @njit(cache=True, parallel=True)
@@ -149,6 +165,7 @@ def decode(codes, n, block, scales, has_scales, table, bits, out, accumulate):
     """out = table[code] * scale (or out += it); threshold formats have no scales."""
     nchunks = (n + CHUNK - 1) // CHUNK
     per = 8 // bits
+    lp = 0 if per == 1 else (1 if per == 2 else 2)
     mask = (1 << bits) - 1
     for c in prange(nchunks):
         start = c * CHUNK
@@ -170,7 +187,7 @@ def decode(codes, n, block, scales, has_scales, table, bits, out, accumulate):
                         out[j] = table[codes[j]] * s
             else:
                 for j in range(i, e):
-                    code = (codes[j // per] >> ((j % per) * bits)) & mask
+                    code = (codes[j >> lp] >> ((j & (per - 1)) * bits)) & mask
                     if accumulate:
                         out[j] += table[code] * s
                     else:

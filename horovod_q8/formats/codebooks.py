@@ -95,6 +95,32 @@ def _key_range(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.where(negative, b, a), np.where(negative, a, b)
 
 
+def bucket_lut(edges: np.ndarray, side: str, what: str) -> np.ndarray:
+    """uint8[65536]: for each top-16-bit key of a float32 in [-1, 1] (any float for side
+    "right"), searchsorted(edges, smallest float of that key, side). The kernels add one
+    comparison with the next edge, exact as long as no key spans two edges (checked here).
+    """
+    vmin, vmax = _key_range(np.arange(65536, dtype=np.uint32))
+    with np.errstate(invalid="ignore"):
+        lo = np.searchsorted(edges, vmin, side=side)
+        hi = np.searchsorted(edges, vmax, side=side)
+    in_range = np.isfinite(vmin) & np.isfinite(vmax)
+    if side == "left":
+        in_range &= (vmax >= -1) & (vmin <= 1)
+    if np.any((hi - lo)[in_range] > 1):
+        raise ValueError(f"{what}: two edges are too close together for the 16-bit lookup")
+    return np.where(in_range, lo, 0).astype(np.uint8)
+
+
+@functools.lru_cache(maxsize=None)
+def threshold_tables(levels: tuple) -> tuple:
+    """(lut, padded levels) for a threshold format: k = count(levels <= |g|)."""
+    lv = np.asarray(levels, dtype=np.float32)
+    padded = np.full(len(lv) + 1, np.inf, dtype=np.float32)
+    padded[: len(lv)] = lv
+    return bucket_lut(lv, "right", f"levels {levels}"), padded
+
+
 @functools.lru_cache(maxsize=None)
 def tables(name: str, bits: int) -> CodebookTables:
     """Build (once) the padded tables of codebook `name` for a `bits`-bit code."""
@@ -109,14 +135,6 @@ def tables(name: str, bits: int) -> CodebookTables:
     padded = np.full(n_codes, values[-1], dtype=np.float32)
     padded[:size] = values
 
-    keys = np.arange(65536, dtype=np.uint32)
-    vmin, vmax = _key_range(keys)
-    with np.errstate(invalid="ignore"):
-        lo = np.searchsorted(mids[: size - 1], vmin, side="left")
-        hi = np.searchsorted(mids[: size - 1], vmax, side="left")
-    in_range = np.isfinite(vmin) & np.isfinite(vmax) & (vmax >= -1) & (vmin <= 1)
-    if np.any((hi - lo)[in_range] > 1):
-        raise AssertionError(f"codebook {name!r}: a 16-bit key spans two midpoints")
-    lut = np.where(in_range, lo, 0).astype(np.uint8)
+    lut = bucket_lut(mids[: size - 1], "left", name)
     zero_code = int(np.nonzero(values == 0.0)[0][0])
     return CodebookTables(padded, mids, lut, size, zero_code)
