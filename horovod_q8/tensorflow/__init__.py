@@ -1,0 +1,32 @@
+"""horovod_q8 for TensorFlow: compressors for Horovod's `compression=` argument.
+
+    import horovod.tensorflow.keras as hvd
+    from horovod_q8.tensorflow import Compression
+    opt = hvd.DistributedOptimizer(opt, compression=Compression.q8)
+"""
+from horovod_q8.tensorflow.compressor import ConfigMismatchError, Q8Compressor, compressor
+
+COMPRESSION_NAMES = ("none", "fp16", "q8", "q8_linear", "q8_mantissa", "q8_static_tree",
+                     "q8_dynamic_tree", "q4", "q4_threshold", "twobit")
+
+
+class Compression:
+    """Every compression by name, Horovod's `none` and `fp16` included."""
+
+    none = compressor("none")
+    fp16 = compressor("fp16")
+    q8 = compressor("q8")
+    q8_dynamic_tree = compressor("q8_dynamic_tree")
+    q8_linear = compressor("q8_linear")
+    q8_mantissa = compressor("q8_mantissa")
+    q8_static_tree = compressor("q8_static_tree")
+    q4 = compressor("q4")
+    q4_threshold = compressor("q4_threshold")
+    twobit = compressor("twobit")
+
+
+Q8 = Compression.q8
+Q4 = Compression.q4
+
+__all__ = ["COMPRESSION_NAMES", "Compression", "ConfigMismatchError", "Q4", "Q8", "Q8Compressor",
+           "compressor"]

@@ -1,0 +1,54 @@
+"""How TensorFlow tensors reach the kernels: NumPy on CPU, CuPy through DLPack on GPU.
+
+Collectives never run in here: only the local steps of `horovod_q8.collective.plan`.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import tensorflow as tf
+
+from horovod_q8 import _compat
+
+
+def _on_gpu(tensors: Sequence[tf.Tensor]) -> bool:
+    return any("GPU" in (t.device or "").upper() for t in tensors) and _compat.cupy() is not None
+
+
+def _gpu_call(fn: Callable, inputs: Sequence[tf.Tensor], dtypes: Sequence[tf.DType]):
+    """Run fn on CuPy views of GPU tensors (no host copy). Untested here: no TF GPU build."""
+    cp = _compat.cupy()
+
+    def body(*eager):
+        # TF and CuPy use different streams: wait for TF's producers, then for our kernels.
+        tf.test.experimental.sync_devices()
+        arrays = [cp.from_dlpack(tf.experimental.dlpack.to_dlpack(t)) if t.dtype != tf.int64
+                  else int(t.numpy()) for t in eager]
+        outs = fn(*arrays)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        cp.cuda.get_current_stream().synchronize()
+        return [tf.experimental.dlpack.from_dlpack(o.toDlpack()) for o in outs]
+
+    return tf.py_function(body, list(inputs), list(dtypes))
+
+
+def host_call(fn: Callable, inputs: Sequence[tf.Tensor], dtypes: Sequence[tf.DType],
+              shapes: Sequence[tuple], name: str) -> list:
+    """Call fn(arrays...) -> arrays as one op and restore static shapes.
+
+    int64 scalars arrive as Python ints (seeds); other tensors as NumPy or CuPy arrays.
+    """
+    if _on_gpu(inputs):
+        outs = _gpu_call(fn, inputs, dtypes)
+    else:
+        def body(*arrays):
+            arrays = [int(a) if getattr(a, "dtype", None) is not None and a.ndim == 0 else a
+                      for a in arrays]
+            res = fn(*arrays)
+            return res if isinstance(res, tuple) else (res,)
+
+        outs = tf.numpy_function(body, list(inputs), list(dtypes), stateful=True, name=name)
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    for o, s in zip(outs, shapes):
+        o.set_shape(s)
+    return outs
