@@ -5,7 +5,7 @@ setup(
     name="horovod_q8",
     version="0.1.0",
     description="8-bit and 4-bit gradient and activation compression for Horovod",
-    packages=find_packages(include=["horovod_q8", "horovod_q8.*"]),
+    packages=find_packages(include=["horovod_q8", "horovod_q8.*"]) + ["horovod_q8.kernels"],
     # The .cu sources live in kernels/ at the top level and ship inside the package.
     package_dir={"horovod_q8": "horovod_q8", "horovod_q8.kernels": "kernels"},
     package_data={"horovod_q8.kernels": ["*.cu"]},

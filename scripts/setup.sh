@@ -9,6 +9,11 @@ VENV="${HOROVOD_Q8_VENV:-$HOME/.cache/horovod_q8/venv}"
 STAMP_WANT="tf=2.15.1 hvd=0.28.1 req=$(sha1sum "$REPO/scripts/requirements.txt" | cut -c1-12)"
 
 log() { echo "[setup] $*" >&2; }
+# pip, quiet, without the noise of this machine's unused local index folders; fails as pip fails.
+pip_q() {
+  "$VENV/bin/pip" install -q "$@" 2>&1 | { grep -v -e "^WARNING: Location" -e "^  " || true; } >&2
+  return "${PIPESTATUS[0]}"
+}
 
 need_apt=()
 command -v mpirun >/dev/null || need_apt+=(openmpi-bin)
@@ -18,8 +23,8 @@ command -v ip >/dev/null || need_apt+=(iproute2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "apt-get install ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  apt-get install -y -qq "${need_apt[@]}" >&2
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
 if [ -f "$VENV/.horovod_q8_stamp" ] && [ "$(cat "$VENV/.horovod_q8_stamp")" = "$STAMP_WANT" ]; then
@@ -28,13 +33,13 @@ else
   log "building venv $VENV (Horovod compiles for about 3 minutes)"
   rm -rf "$VENV"
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --upgrade pip wheel setuptools >&2
-  "$VENV/bin/pip" install -q -r "$REPO/scripts/requirements.txt" >&2
+  pip_q --upgrade pip wheel setuptools
+  pip_q -r "$REPO/scripts/requirements.txt"
   HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
   HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
-    "$VENV/bin/pip" install -q --no-build-isolation --no-cache-dir horovod==0.28.1 >&2
+    pip_q --no-build-isolation --no-cache-dir horovod==0.28.1
   echo "$STAMP_WANT" > "$VENV/.horovod_q8_stamp"
 fi
 # The package itself is always reinstalled (editable) from this checkout.
-"$VENV/bin/pip" install -q --no-deps --no-build-isolation -e "$REPO" >&2
+pip_q --no-deps --no-build-isolation -e "$REPO"
 echo "$VENV"

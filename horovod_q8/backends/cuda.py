@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 from importlib import resources
+from pathlib import Path
 from typing import Optional
 
 from horovod_q8 import _compat
@@ -12,8 +13,12 @@ from horovod_q8.formats.spec import CODEBOOK, Format
 THREADS = 256
 
 
-def kernel_source() -> str:
-    return resources.files("horovod_q8.kernels").joinpath("codec.cu").read_text()
+def kernel_source(name: str = "codec.cu") -> str:
+    """The CUDA source: installed as package data, or kernels/ of a source checkout."""
+    checkout = Path(__file__).resolve().parents[2] / "kernels" / name
+    if checkout.exists():
+        return checkout.read_text()
+    return resources.files("horovod_q8.kernels").joinpath(name).read_text()
 
 
 def _cp():

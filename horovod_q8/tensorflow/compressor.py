@@ -27,6 +27,8 @@ _CHECKED: set = set()
 class ConfigMismatchError(ValueError):
     """Ranks were started with different compression settings."""
 
+    ag_pass_through = True  # raise as is from inside tf.function, not as a StagingError
+
 
 @dataclass(frozen=True)
 class Q8Compressor:

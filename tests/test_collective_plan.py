@@ -1,0 +1,75 @@
+"""The compressed allreduce's arithmetic without a framework: N ranks simulated in-process,
+collectives replaced by the byte moves they perform (alltoall = transpose, allgather = concat)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from horovod_q8.collective import plan as P
+from horovod_q8.formats import get
+
+
+def run_allreduce(xs, fmt, schedule, residuals=None):
+    """Every rank's result of the compressed sum of xs[r] over r."""
+    n_ranks, n = len(xs), xs[0].size
+    plans = [P.make_plan(fmt, n, n_ranks, r, schedule) for r in range(n_ranks)]
+    if plans[0].schedule == P.ALLGATHER:
+        bufs = [P.encode_whole(p, x) for p, x in zip(plans, xs)]
+        gathered = np.concatenate(bufs)
+        return [P.sum_gathered(p, gathered) for p in plans], plans
+    sends = [P.encode_chunks(p, x) for p, x in zip(plans, xs)]
+    offsets = [np.concatenate([[0], np.cumsum(p.send_splits)]) for p in plans]
+    received = [np.concatenate([sends[src][offsets[src][dst]: offsets[src][dst + 1]]
+                                for src in range(n_ranks)]) for dst in range(n_ranks)]
+    mine = [P.reduce_chunk(p, rec) for p, rec in zip(plans, received)]
+    gathered = np.concatenate(mine)
+    return [P.decode_gathered(p, gathered) for p in plans], plans
+
+
+@pytest.mark.parametrize("schedule", ["two_phase", "allgather"])
+@pytest.mark.parametrize("n_ranks", [1, 2, 3, 5])
+@pytest.mark.parametrize("name,budget", [("q8", 0.03), ("q8_linear", 0.03), ("q4", 0.3)])
+def test_sum_within_budget_and_identical(name, budget, n_ranks, schedule, rng):
+    fmt = get(name)
+    for n in (1, 7, 1000, 4099, 30001):
+        xs = [rng.standard_normal(n).astype(np.float32) for _ in range(n_ranks)]
+        outs, _ = run_allreduce(xs, fmt, schedule)
+        exact = np.sum(xs, axis=0, dtype=np.float64)
+        assert all(np.array_equal(outs[0], o) for o in outs[1:])
+        assert np.abs(outs[0] - exact).mean() <= budget * np.abs(exact).mean() + 1e-7
+
+
+@pytest.mark.parametrize("n_ranks", [2, 3, 4, 8])
+def test_bytes_on_the_wire(n_ranks):
+    n = 1 << 20
+    for name, bits in (("q8", 8), ("q4", 4), ("twobit", 2)):
+        fmt = get(name)
+        two = P.make_plan(fmt, n, n_ranks, 0, "two_phase")
+        ring = 2 * (n_ranks - 1) / n_ranks * n * bits / 8
+        assert ring <= two.bytes_sent() <= ring * 1.01  # + the scales
+        ag = P.make_plan(fmt, n, n_ranks, 0, "allgather")
+        assert (n_ranks - 1) * n * bits / 8 <= ag.bytes_sent() <= (n_ranks - 1) * n * bits / 8 * 1.01
+
+
+def test_auto_schedule():
+    assert P.choose_schedule("auto", 2) == P.ALLGATHER
+    assert P.choose_schedule("auto", 3) == P.TWO_PHASE
+    with pytest.raises(ValueError, match="schedule"):
+        P.choose_schedule("ring", 4)
+
+
+def test_chunks_cover_the_tensor_once():
+    for n in (0, 1, 9, 1000, 1001):
+        for size in (1, 2, 3, 7):
+            p = P.make_plan(get("q4"), n, size, 0)
+            covered = [i for r in range(size) for i in range(*p.bounds(r))]
+            assert covered == list(range(n))
+            assert all(p.bounds(r)[0] % P.ALIGN == 0 for r in range(size) if p.chunk_len(r))
+
+
+def test_nan_in_one_rank_reaches_every_rank(rng):
+    xs = [rng.standard_normal(5000).astype(np.float32) for _ in range(3)]
+    xs[1][17] = np.nan
+    outs, _ = run_allreduce(xs, get("q8"), "two_phase")
+    for o in outs:
+        assert np.isnan(o[17]) and np.isfinite(o[3000:]).all()

@@ -1,0 +1,55 @@
+"""Real Horovod processes: the scripts in tests/parallel/ under horovodrun (Gloo and MPI)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("horovod.tensorflow")
+pytestmark = pytest.mark.parallel
+
+HERE = Path(__file__).parent / "parallel"
+ALL = "q8,q8_linear,q8_mantissa,q8_static_tree,q4,twobit,q4_threshold"
+
+
+def horovodrun() -> str:
+    found = Path(sys.executable).parent / "horovodrun"
+    return str(found) if found.exists() else shutil.which("horovodrun")
+
+
+def run(np_: int, script: str, *args: str, controller: str = "--gloo", timeout: int = 1200):
+    cmd = [horovodrun(), "-np", str(np_), "-H", f"localhost:{np_}", controller,
+           sys.executable, str(HERE / script), *args]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    out = proc.stdout + proc.stderr
+    return proc.returncode, out
+
+
+def assert_ok(rc: int, out: str) -> None:
+    assert rc == 0 and "OK" in out.splitlines()[-50:].__str__(), out[-6000:]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_allreduce_every_compression(n):
+    assert_ok(*run(n, "allreduce_checks.py", ALL))
+
+
+def test_keras_fit_gloo_2_ranks():
+    assert_ok(*run(2, "keras_training.py", "q8,q4,q4_threshold,twobit"))
+
+
+def test_keras_fit_mpi_3_ranks():
+    assert_ok(*run(3, "keras_training.py", "q8", controller="--mpi"))
+
+
+@pytest.mark.parametrize("what", ["block", "format"])
+def test_mismatched_settings_stop_with_a_clear_error(what):
+    rc, out = run(2, "config_mismatch.py", what, timeout=300)
+    assert rc == 0, out[-4000:]
+    assert out.count("MISMATCH-DETECTED") == 2, out[-4000:]
+    assert ("block_size=1024" in out) if what == "block" else ("'q8' here vs 'q4' there" in out or "'q4' here vs 'q8' there" in out)
