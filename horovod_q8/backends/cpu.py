@@ -23,16 +23,16 @@ def encode(x: np.ndarray, fmt: Format, residual: Optional[np.ndarray] = None,
     if fmt.kind == CODEBOOK:
         block = fmt.block_for(n)
         scale_bits = out[: 4 * nb].view(np.uint32)
-        K.block_scale_bits(x.view(np.uint32), n, block, min(block, 1 << 16), scale_bits)
+        K.kernel("block_scale_bits", n)(x.view(np.uint32), n, block, min(block, 1 << 16), scale_bits)
         t = tables(fmt.codebook, fmt.bits)
-        K.encode_codebook(x, n, block, scale_bits.view(np.float32), codes, t.lut, t.mids,
+        K.kernel("encode_codebook", n)(x, n, block, scale_bits.view(np.float32), codes, t.lut, t.mids,
                           t.values, t.size, fmt.bits, fmt.rounding == "stochastic",
                           (fmt.seed if seed is None else seed) & 0xFFFFFFFF)
     else:
         use = residual is not None
         r = residual if use else np.empty(0, np.float32)
         lut, levels = threshold_tables(tuple(fmt.levels))
-        K.encode_threshold(x, n, r, use, codes, lut, levels, fmt.decode_table(), fmt.bits)
+        K.kernel("encode_threshold", n)(x, n, r, use, codes, lut, levels, fmt.decode_table(), fmt.bits)
     return out
 
 
@@ -44,6 +44,6 @@ def decode(buf: np.ndarray, fmt: Format, n: int, out: Optional[np.ndarray] = Non
     if n == 0:
         return out
     nb = fmt.n_blocks(n)
-    K.decode(buf[4 * nb:], n, fmt.block_for(n), buf[: 4 * nb].view(np.float32), fmt.has_scales,
+    K.kernel("decode", n)(buf[4 * nb:], n, fmt.block_for(n), buf[: 4 * nb].view(np.float32), fmt.has_scales,
              fmt.decode_table(), fmt.bits, out, accumulate)
     return out

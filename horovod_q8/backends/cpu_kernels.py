@@ -1,6 +1,8 @@
 """Numba kernels for CPUs: the same bytes as `formats.reference`, parallel and in one pass.
 
 Called only through `backends.cpu`; every array argument is contiguous and float32/uint8.
+Each kernel exists twice: serial, and parallel over chunks (`PARALLEL[...]`) for large
+tensors, where it pays for waking the thread pool.
 """
 from __future__ import annotations
 
@@ -13,7 +15,6 @@ NAN_BITS = np.uint32(0x7FC00000)
 CHUNK = 16384  # elements per parallel work item; a multiple of 8 so packed bytes never straddle
 
 
-@njit(cache=True, parallel=True)
 def block_scale_bits(xbits, n, block, seg, scale_bits):
     """Absmax per block as float32 bits, NaN bits for a block holding NaN/Inf.
 
@@ -75,7 +76,6 @@ def _pack_chunk(ctmp, length, bits, codes, byte0):
             codes[byte0 + full] = acc
 
 
-@njit(cache=True, parallel=True)
 def encode_codebook(x, n, block, scales, codes, lut, mids, values, size, bits, stochastic, seed):
     """Codes = count(mids < x/scale) (nearest) or stochastic rounding between neighbours."""
     nchunks = (n + CHUNK - 1) // CHUNK
@@ -121,7 +121,6 @@ def encode_codebook(x, n, block, scales, codes, lut, mids, values, size, bits, s
         _pack_chunk(ctmp, end - start, bits, codes, start // per)
 
 
-@njit(cache=True, parallel=True)
 def encode_threshold(x, n, residual, use_residual, codes, lut, levels, table, bits):
     """Sign + magnitude index k = count(levels <= |x + residual|); residual keeps the rest.
 
@@ -160,7 +159,15 @@ def encode_threshold(x, n, residual, use_residual, codes, lut, levels, table, bi
         _pack_chunk(ctmp, length, bits, codes, start // per)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, inline="always")
+def _decode_one(codes, j, lp, per, bits, mask, table, s, out, accumulate):
+    code = (codes[j >> lp] >> ((j & (per - 1)) * bits)) & mask
+    if accumulate:
+        out[j] += table[code] * s
+    else:
+        out[j] = table[code] * s
+
+
 def decode(codes, n, block, scales, has_scales, table, bits, out, accumulate):
     """out = table[code] * scale (or out += it); threshold formats have no scales."""
     nchunks = (n + CHUNK - 1) // CHUNK
@@ -186,10 +193,42 @@ def decode(codes, n, block, scales, has_scales, table, bits, out, accumulate):
                     for j in range(i, e):
                         out[j] = table[codes[j]] * s
             else:
-                for j in range(i, e):
-                    code = (codes[j >> lp] >> ((j & (per - 1)) * bits)) & mask
-                    if accumulate:
-                        out[j] += table[code] * s
-                    else:
-                        out[j] = table[code] * s
+                # unaligned head and tail element by element; whole bytes in between
+                head = min(e, (i + per - 1) & ~(per - 1))
+                body = head + ((e - head) // per) * per
+                for j in range(i, head):
+                    _decode_one(codes, j, lp, per, bits, mask, table, s, out, accumulate)
+                if per == 2:
+                    for k in range(head >> 1, body >> 1):
+                        byte = codes[k]
+                        v0 = table[byte & 15] * s
+                        v1 = table[byte >> 4] * s
+                        if accumulate:
+                            out[2 * k] += v0
+                            out[2 * k + 1] += v1
+                        else:
+                            out[2 * k] = v0
+                            out[2 * k + 1] = v1
+                else:
+                    for k in range(head >> 2, body >> 2):
+                        byte = codes[k]
+                        for q in range(4):
+                            v = table[(byte >> (2 * q)) & 3] * s
+                            if accumulate:
+                                out[4 * k + q] += v
+                            else:
+                                out[4 * k + q] = v
+                for j in range(body, e):
+                    _decode_one(codes, j, lp, per, bits, mask, table, s, out, accumulate)
             i = e
+
+
+_KERNELS = (block_scale_bits, encode_codebook, encode_threshold, decode)
+SERIAL = {f.__name__: njit(cache=True)(f) for f in _KERNELS}
+PARALLEL = {f.__name__: njit(cache=True, parallel=True)(f) for f in _KERNELS}
+PARALLEL_MIN = 1 << 18  # elements
+
+
+def kernel(name: str, n: int):
+    """The serial or the parallel variant of a kernel for n elements."""
+    return (PARALLEL if n >= PARALLEL_MIN else SERIAL)[name]

@@ -6,8 +6,7 @@
 """
 from horovod_q8.tensorflow.compressor import ConfigMismatchError, Q8Compressor, compressor
 
-COMPRESSION_NAMES = ("none", "fp16", "q8", "q8_linear", "q8_mantissa", "q8_static_tree",
-                     "q8_dynamic_tree", "q4", "q4_threshold", "twobit")
+from horovod_q8.formats import COMPRESSION_NAMES
 
 
 class Compression:

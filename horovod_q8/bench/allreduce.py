@@ -1,0 +1,93 @@
+"""`horovod-q8 bench allreduce` (run under horovodrun): time per allreduce for every
+compression, side by side, with bytes sent per rank and speedups against fp32 and fp16."""
+from __future__ import annotations
+
+import argparse
+from typing import List, Optional
+
+import numpy as np
+
+ALL = ["none", "fp16", "q8", "q8_linear", "q8_mantissa", "q8_static_tree", "q4", "q4_threshold",
+       "twobit"]
+
+
+def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
+    p = p or argparse.ArgumentParser(prog="horovod-q8 bench allreduce", description=__doc__)
+    p.add_argument("--sizes-mb", default="1,4,16,64,256", help="float32 tensor sizes in MB")
+    p.add_argument("--compressions", default=",".join(ALL))
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--resnet50", action="store_true", help="also ResNet-50's gradient list")
+    p.add_argument("--no-sizes", action="store_true", help="skip the single-tensor sizes")
+    return p
+
+
+def resnet50_shapes() -> List[tuple]:
+    import tensorflow as tf
+    m = tf.keras.applications.ResNet50(weights=None)
+    return [tuple(v.shape) for v in m.trainable_variables]
+
+
+def run(args: argparse.Namespace) -> None:
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    from horovod_q8.bench.common import machine, markdown, timeit
+    from horovod_q8.tensorflow import compressor
+    from horovod_q8.tensorflow.fused import make_fused_allreduce_grads_fn
+    from horovod_q8.tensorflow.traffic import bytes_per_step
+
+    hvd.init()
+    names = args.compressions.split(",")
+    rank0 = hvd.rank() == 0
+    if rank0:
+        print(f"# allreduce benchmark: {hvd.size()} ranks, {machine()}\n", flush=True)
+
+    def report(title: str, results: dict) -> None:
+        if not rank0:
+            return
+        base, half = results.get("none"), results.get("fp16")
+        rows = []
+        for name, (t, nbytes) in results.items():
+            rows.append([name, t * 1e3, nbytes / 1e6, base[0] / t if base else "",
+                         half[0] / t if half else ""])
+        print(f"## {title}\n\n" + markdown(["compression", "ms", "MB sent/rank", "speedup vs fp32",
+                                           "speedup vs fp16"], rows) + "\n", flush=True)
+
+    if not args.no_sizes:
+        for mb in [float(s) for s in args.sizes_mb.split(",")]:
+            n = int(mb * 2 ** 20 / 4)
+            x = tf.constant(np.random.default_rng(hvd.rank()).standard_normal(n).astype(np.float32))
+            results = {}
+            for name in names:
+                comp = compressor(name)
+                f = tf.function(lambda t, c=comp: hvd.allreduce(t, compression=c, name=f"b{mb}"))
+                t = timeit(lambda: f(x).numpy(), args.repeats)
+                results[name] = (t, bytes_per_step([(n,)], comp, hvd.size()))
+            report(f"one tensor of {mb:g} MB ({n} float32)", results)
+
+    if args.resnet50:
+        shapes = resnet50_shapes()
+        grads = [tf.constant(np.random.default_rng(i + 10 * hvd.rank()).standard_normal(s).astype(np.float32))
+                 for i, s in enumerate(shapes)]
+        for fused in (False, True):
+            results = {}
+            for name in names:
+                comp = compressor(name)
+                if fused and name not in ("none", "fp16"):
+                    fn = make_fused_allreduce_grads_fn(f"r50{name}", comp, False, hvd.Average, 1.0)
+                else:
+                    fn = tf.function(lambda gs, c=comp: [hvd.allreduce(g, compression=c) for g in gs])
+                t = timeit(lambda: [g.numpy() for g in fn(grads)], args.repeats)
+                results[name] = (t, bytes_per_step(shapes, comp, hvd.size(), fused=fused))
+            n = sum(int(np.prod(s)) for s in shapes)
+            report(f"ResNet-50 gradients ({len(shapes)} tensors, {n} float32), "
+                   f"{'fused buckets (horovod_q8 optimizer)' if fused else 'per tensor (stock hvd.DistributedOptimizer path)'}",
+                   results)
+
+
+def main(argv=None) -> None:
+    run(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

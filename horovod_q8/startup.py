@@ -1,0 +1,29 @@
+"""Start-up checks that catch the usual launch mistakes before any training starts."""
+from __future__ import annotations
+
+import os
+from typing import Mapping, Optional
+
+LAUNCHER_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS")
+
+
+def launcher_world_size(env: Mapping[str, str] = os.environ) -> Optional[tuple]:
+    """(variable, N) for the first launcher variable that says how many processes it started."""
+    for var in LAUNCHER_SIZE_VARS:
+        value = env.get(var, "").strip()
+        if value.isdigit():
+            return var, int(value)
+    return None
+
+
+def check_world_size(horovod_size: int, env: Mapping[str, str] = os.environ) -> None:
+    """Stop when the launcher started N processes but Horovod sees a different size."""
+    said = launcher_world_size(env)
+    if said is None or said[1] == horovod_size:
+        return
+    var, n = said
+    raise RuntimeError(
+        f"the launcher started {n} processes ({var}={n}) but Horovod sees {horovod_size}. "
+        "Usual cause: srun without PMI support starts every task as a singleton; use "
+        "`srun --mpi=pmix` (or pmi2), or mpirun/horovodrun inside the allocation. "
+        "Also check that every process uses the same Horovod controller (Gloo or MPI).")

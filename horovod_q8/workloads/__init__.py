@@ -1,0 +1,1 @@
+"""Training workloads: datasets, models and the Horovod Keras training loop."""

@@ -1,0 +1,209 @@
+"""Real dataset loaders (MNIST IDX, CIFAR-10 python batches, ImageNet JPEG folders and
+TFRecords) and synthetic data of the same shapes. A missing or malformed dataset raises
+DatasetError saying what was expected where."""
+from __future__ import annotations
+
+import gzip
+import pickle
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+MNIST_FILES = {"train_x": "train-images-idx3-ubyte", "train_y": "train-labels-idx1-ubyte",
+               "test_x": "t10k-images-idx3-ubyte", "test_y": "t10k-labels-idx1-ubyte"}
+IMAGENET_SIZE = 224
+
+
+class DatasetError(RuntimeError):
+    """The dataset is missing or not in the expected format."""
+
+
+@dataclass
+class ArrayData:
+    """In-memory train and test arrays (MNIST, CIFAR-10, synthetic)."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    classes: int
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """An IDX file (optionally .gz) as a uint8 array."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
+        raise DatasetError(f"{path} is not an unsigned-byte IDX file")
+    ndim = raw[3]
+    dims = struct.unpack(">" + "I" * ndim, raw[4: 4 + 4 * ndim])
+    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
+    if data.size != int(np.prod(dims)):
+        raise DatasetError(f"{path}: header says {dims} but holds {data.size} bytes")
+    return data.reshape(dims)
+
+
+def _find(data_dir: Path, stem: str) -> Path:
+    for name in (stem, stem + ".gz"):
+        if (data_dir / name).exists():
+            return data_dir / name
+    raise DatasetError(f"MNIST: expected {stem}[.gz] in {data_dir} (the four IDX files of MNIST or "
+                       f"Fashion-MNIST; Debian's dataset-fashion-mnist puts them in {FASHION_MNIST_DIR})")
+
+
+def load_mnist(data_dir: Optional[str]) -> ArrayData:
+    """MNIST-format IDX files from data_dir, or Keras' download when data_dir is None."""
+    if data_dir is None:
+        import tensorflow as tf
+        try:
+            (xt, yt), (xv, yv) = tf.keras.datasets.mnist.load_data()
+        except Exception as e:  # no internet
+            raise DatasetError(f"MNIST download failed ({e}); pass --data-dir with IDX files, e.g. "
+                               f"{FASHION_MNIST_DIR}") from None
+    else:
+        d = Path(data_dir)
+        if not d.is_dir():
+            raise DatasetError(f"MNIST: data directory {d} does not exist")
+        xt, yt, xv, yv = (read_idx(_find(d, MNIST_FILES[k])) for k in ("train_x", "train_y", "test_x", "test_y"))
+    if xt.shape[1:] != (28, 28) or len(xt) != len(yt) or len(xv) != len(yv):
+        raise DatasetError(f"MNIST: expected 28x28 images with one label each, got {xt.shape}, {yt.shape}")
+    prep = lambda x: (x.astype(np.float32) / 255.0)[..., None]  # noqa: E731
+    return ArrayData(prep(xt), yt.astype(np.int64), prep(xv), yv.astype(np.int64), 10)
+
+
+def load_cifar10(data_dir: Optional[str]) -> ArrayData:
+    """CIFAR-10 from a `cifar-10-batches-py` folder (or its parent), or Keras' download."""
+    if data_dir is None:
+        import tensorflow as tf
+        try:
+            (xt, yt), (xv, yv) = tf.keras.datasets.cifar10.load_data()
+        except Exception as e:
+            raise DatasetError(f"CIFAR-10 download failed ({e}); pass --data-dir with the "
+                               "cifar-10-batches-py folder") from None
+        yt, yv = yt.reshape(-1), yv.reshape(-1)
+    else:
+        d = Path(data_dir)
+        if (d / "cifar-10-batches-py").is_dir():
+            d = d / "cifar-10-batches-py"
+        names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+        missing = [n for n in names if not (d / n).exists()]
+        if missing:
+            raise DatasetError(f"CIFAR-10: expected {', '.join(missing)} in {d} (the python version, "
+                               "cifar-10-batches-py)")
+        parts = []
+        for n in names:
+            try:
+                with open(d / n, "rb") as f:
+                    batch = pickle.load(f, encoding="bytes")
+                x = np.asarray(batch[b"data"], np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+                y = np.asarray(batch[b"labels"], np.int64)
+            except Exception as e:
+                raise DatasetError(f"CIFAR-10: {d / n} is not a CIFAR python batch ({e})") from None
+            parts.append((x, y))
+        xt = np.concatenate([p[0] for p in parts[:5]])
+        yt = np.concatenate([p[1] for p in parts[:5]])
+        xv, yv = parts[5]
+    mean = np.array([0.4914, 0.4822, 0.4465], np.float32)
+    std = np.array([0.2470, 0.2435, 0.2616], np.float32)
+    prep = lambda x: (x.astype(np.float32) / 255.0 - mean) / std  # noqa: E731
+    return ArrayData(prep(xt), yt.astype(np.int64), prep(xv), yv.astype(np.int64), 10)
+
+
+def synthetic(shape: tuple, classes: int, n_train: int, n_test: int, seed: int = 0) -> ArrayData:
+    """Random images of the dataset's shape with random labels (throughput runs)."""
+    rng = np.random.default_rng(seed)
+    mk = lambda n: rng.standard_normal((n, *shape)).astype(np.float32)  # noqa: E731
+    return ArrayData(mk(n_train), rng.integers(0, classes, n_train), mk(n_test),
+                     rng.integers(0, classes, n_test), classes)
+
+
+IMAGENET_TRAIN_IMAGES = 1281167
+
+
+def imagenet_datasets(data_dir: str, batch_size: int, rank: int, size: int, seed: int,
+                      image_size: int = IMAGENET_SIZE, tfrecord_classes: int = 1000):
+    """(train, val, classes, n_train) tf.data pipelines from ImageNet JPEG folders
+    (train/<class>/*.JPEG, val/<class>/*.JPEG) or TFRecords (train-*, validation-*, with
+    image/encoded and 1-based image/class/label, as Google's build_imagenet_data writes)."""
+    import tensorflow as tf
+
+    d = Path(data_dir)
+    if not d.is_dir():
+        raise DatasetError(f"ImageNet: data directory {d} does not exist")
+    train_records = sorted(d.glob("train-*"))
+    if train_records:
+        val_records = sorted(d.glob("validation-*"))
+        if not val_records:
+            raise DatasetError(f"ImageNet TFRecords: found train-* but no validation-* in {d}")
+        make = lambda files, training: _tfrecord_pipeline(  # noqa: E731
+            files, training, batch_size, rank, size, seed, image_size)
+        return (make(train_records, True), make(val_records, False), tfrecord_classes,
+                IMAGENET_TRAIN_IMAGES)
+    if not (d / "train").is_dir() or not (d / "val").is_dir():
+        raise DatasetError(f"ImageNet: expected train/ and val/ folders of class folders of JPEGs, "
+                           f"or TFRecord files train-* and validation-*, in {d}")
+    class_names = sorted(p.name for p in (d / "train").iterdir() if p.is_dir())
+    if not class_names:
+        raise DatasetError(f"ImageNet: {d / 'train'} has no class folders")
+    index = {c: i for i, c in enumerate(class_names)}
+
+    def files(split: str):
+        paths, labels = [], []
+        for c in class_names:
+            for p in sorted((d / split / c).glob("*")):
+                if p.suffix.lower() in (".jpeg", ".jpg"):
+                    paths.append(str(p))
+                    labels.append(index[c])
+        if not paths:
+            raise DatasetError(f"ImageNet: no JPEG files under {d / split}")
+        return paths, labels
+
+    train_files, val_files = files("train"), files("val")
+
+    def pipeline(paths_labels, training):
+        ds = tf.data.Dataset.from_tensor_slices(paths_labels).shard(size, rank)
+        if training:
+            ds = ds.shuffle(10000, seed=seed, reshuffle_each_iteration=True)
+        ds = ds.map(lambda p, y: (_preprocess(tf.io.read_file(p), training, image_size), y),
+                    num_parallel_calls=tf.data.AUTOTUNE)
+        return ds.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)
+
+    return (pipeline(train_files, True), pipeline(val_files, False), len(class_names),
+            len(train_files[0]))
+
+
+def _preprocess(jpeg, training: bool, image_size: int):
+    import tensorflow as tf
+
+    img = tf.io.decode_jpeg(jpeg, channels=3)
+    img = tf.image.resize(img, (image_size, image_size))
+    if training:
+        img = tf.image.random_flip_left_right(img)
+    return (img / 127.5) - 1.0
+
+
+def _parse_record(record):
+    import tensorflow as tf
+
+    feats = tf.io.parse_single_example(record, {
+        "image/encoded": tf.io.FixedLenFeature([], tf.string),
+        "image/class/label": tf.io.FixedLenFeature([], tf.int64)})
+    return feats["image/encoded"], feats["image/class/label"] - 1  # labels are 1-based
+
+
+def _tfrecord_pipeline(files, training, batch_size, rank, size, seed, image_size):
+    import tensorflow as tf
+
+    ds = tf.data.Dataset.from_tensor_slices([str(f) for f in files]).shard(size, rank)
+    ds = ds.interleave(tf.data.TFRecordDataset, num_parallel_calls=tf.data.AUTOTUNE)
+    if training:
+        ds = ds.shuffle(10000, seed=seed)
+    ds = ds.map(lambda r: _parse_record(r), num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.map(lambda jpeg, y: (_preprocess(jpeg, training, image_size), y),
+                num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)
