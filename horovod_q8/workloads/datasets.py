@@ -199,8 +199,11 @@ def _parse_record(record):
 def _tfrecord_pipeline(files, training, batch_size, rank, size, seed, image_size):
     import tensorflow as tf
 
-    ds = tf.data.Dataset.from_tensor_slices([str(f) for f in files]).shard(size, rank)
-    ds = ds.interleave(tf.data.TFRecordDataset, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = tf.data.Dataset.from_tensor_slices([str(f) for f in files])
+    if len(files) >= size:  # shard whole files; with fewer files than ranks, shard records
+        ds = ds.shard(size, rank).interleave(tf.data.TFRecordDataset, num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+        ds = tf.data.TFRecordDataset(ds).shard(size, rank)
     if training:
         ds = ds.shuffle(10000, seed=seed)
     ds = ds.map(lambda r: _parse_record(r), num_parallel_calls=tf.data.AUTOTUNE)

@@ -13,10 +13,10 @@ from typing import List, Optional
 from horovod_q8.formats import COMPRESSION_NAMES
 
 DATASETS = ("mnist", "cifar10", "imagenet")
-DEFAULTS = {"mnist": dict(batch_size=64, lr=0.01, epochs=3),
+DEFAULTS = {"mnist": dict(batch_size=64, lr=0.02, epochs=3),
             "cifar10": dict(batch_size=128, lr=0.05, epochs=30),
             "imagenet": dict(batch_size=64, lr=0.0125, epochs=90)}
-SHAPES = {"mnist": (28, 28, 1), "cifar10": (32, 32, 3), "imagenet": (224, 224, 3)}
+SHAPES = {"mnist": (28, 28, 1), "cifar10": (32, 32, 3)}
 
 
 def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
@@ -37,6 +37,7 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
     p.add_argument("--synthetic", action="store_true", help="random data of the dataset's shape")
     p.add_argument("--steps-per-epoch", type=int, default=None)
     p.add_argument("--num-classes", type=int, default=1000, help="ImageNet TFRecords only")
+    p.add_argument("--image-size", type=int, default=224, help="ImageNet input size")
     p.add_argument("--results-json", default=None, help="rank 0 writes the summary here")
     p.add_argument("--verbose", type=int, default=1)
     return p
@@ -46,12 +47,12 @@ def _load(args, hvd, tf):
     """(train_ds, test_ds, classes, steps_per_epoch) for this rank."""
     from horovod_q8.workloads import datasets as D
 
-    shape = SHAPES[args.dataset]
+    shape = SHAPES.get(args.dataset, (args.image_size, args.image_size, 3))
     if args.dataset == "imagenet" and not args.synthetic:
         if args.data_dir is None:
             raise D.DatasetError("ImageNet needs --data-dir (JPEG folders or TFRecords)")
         train, test, classes, n = D.imagenet_datasets(args.data_dir, args.batch_size, hvd.rank(),
-                                                      hvd.size(), args.seed,
+                                                      hvd.size(), args.seed, args.image_size,
                                                       tfrecord_classes=args.num_classes)
         return train.repeat(), test, classes, args.steps_per_epoch or n // (args.batch_size * hvd.size())
     if args.synthetic:
@@ -137,7 +138,8 @@ def run(args: argparse.Namespace) -> dict:
     tf.keras.utils.set_random_seed(args.seed)
     train, test, classes, steps = _load(args, hvd, tf)
 
-    model = MODELS[args.dataset](classes)
+    model = (MODELS[args.dataset](classes) if args.dataset != "imagenet"
+             else MODELS["imagenet"](classes, (args.image_size, args.image_size, 3)))
     options = {"block_size": args.block_size} if args.block_size is not None else {}
     if args.threshold is not None:
         options["threshold"] = args.threshold
@@ -159,6 +161,8 @@ def run(args: argparse.Namespace) -> dict:
     if args.checkpoint_dir:
         ckpt = _EpochCheckpoint(tf, args.checkpoint_dir, model, opt)
         initial_epoch = ckpt.restore()
+        if initial_epoch and hvd.rank() == 0:
+            print(f"resumed from {args.checkpoint_dir} at epoch {initial_epoch}", flush=True)
         callbacks.append(ckpt.callback(tf, hvd.rank()))
     if hvd.rank() == 0 and args.log_dir:
         callbacks.append(tf.keras.callbacks.TensorBoard(args.log_dir))

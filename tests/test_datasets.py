@@ -1,0 +1,66 @@
+"""Dataset loaders on small files in the real formats, and their error messages."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import datagen
+from horovod_q8.workloads import datasets as D
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_mnist_idx(tmp_path, gz):
+    data = D.load_mnist(str(datagen.mnist(tmp_path, gz=gz)))
+    assert data.x_train.shape == (512, 28, 28, 1) and data.x_test.shape == (128, 28, 28, 1)
+    assert data.x_train.dtype == np.float32 and 0 <= data.x_train.min() and data.x_train.max() <= 1
+    assert set(np.unique(data.y_train)) <= set(range(10))
+
+
+def test_mnist_errors(tmp_path):
+    with pytest.raises(D.DatasetError, match="does not exist"):
+        D.load_mnist(str(tmp_path / "nope"))
+    with pytest.raises(D.DatasetError, match="expected train-images-idx3-ubyte"):
+        D.load_mnist(str(tmp_path))
+    datagen.mnist(tmp_path, gz=False)
+    (tmp_path / "train-images-idx3-ubyte").write_bytes(b"\x01\x02\x03\x04garbage")
+    with pytest.raises(D.DatasetError, match="not an unsigned-byte IDX file"):
+        D.load_mnist(str(tmp_path))
+
+
+def test_cifar10_batches(tmp_path):
+    data = D.load_cifar10(str(datagen.cifar10(tmp_path)))
+    assert data.x_train.shape == (5 * 64, 32, 32, 3) and data.x_test.shape == (64, 32, 32, 3)
+    data2 = D.load_cifar10(str(tmp_path / "cifar-10-batches-py"))
+    np.testing.assert_array_equal(data.y_train, data2.y_train)
+
+
+def test_cifar10_errors(tmp_path):
+    with pytest.raises(D.DatasetError, match="data_batch_1.*cifar-10-batches-py"):
+        D.load_cifar10(str(tmp_path))
+    datagen.cifar10(tmp_path)
+    (tmp_path / "cifar-10-batches-py" / "test_batch").write_bytes(b"not a pickle")
+    with pytest.raises(D.DatasetError, match="not a CIFAR python batch"):
+        D.load_cifar10(str(tmp_path))
+
+
+@pytest.mark.parametrize("kind", ["folders", "tfrecords"])
+def test_imagenet(tmp_path, kind):
+    pytest.importorskip("tensorflow")
+    if kind == "folders":
+        datagen.imagenet_folders(tmp_path)
+    else:
+        datagen.imagenet_tfrecords(tmp_path)
+    train, val, classes, n = D.imagenet_datasets(str(tmp_path), 4, 0, 1, 0, image_size=32,
+                                                  tfrecord_classes=2)
+    x, y = next(iter(train))
+    assert x.shape == (4, 32, 32, 3) and classes == 2
+    assert int(max(y)) < 2 and sum(int(b[0].shape[0]) for b in val) == 48
+
+
+def test_imagenet_errors(tmp_path):
+    pytest.importorskip("tensorflow")
+    with pytest.raises(D.DatasetError, match="expected train/ and val/"):
+        D.imagenet_datasets(str(tmp_path), 4, 0, 1, 0)
+    (tmp_path / "train-00000").write_bytes(b"")
+    with pytest.raises(D.DatasetError, match="no validation-"):
+        D.imagenet_datasets(str(tmp_path), 4, 0, 1, 0)
