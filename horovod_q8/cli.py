@@ -16,6 +16,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     from horovod_q8.workloads import compare
     compare.build_parser(sub.add_parser("compare", help="the main job: 2-process training per compression, one table"))
 
+    from horovod_q8.workloads import report
+    report.build_parser(sub.add_parser("report", help="accuracy table and plot from compare runs"))
+
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
     from horovod_q8.bench import allreduce, formats
     formats.build_parser(bench.add_parser("formats", help="error and speed of every format"))
@@ -26,6 +29,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         train.run(args)
     elif args.command == "compare":
         sys.exit(compare.run(args))
+    elif args.command == "report":
+        report.run(args)
     elif args.bench == "formats":
         formats.run(args)
     else:

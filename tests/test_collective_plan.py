@@ -73,3 +73,21 @@ def test_nan_in_one_rank_reaches_every_rank(rng):
     outs, _ = run_allreduce(xs, get("q8"), "two_phase")
     for o in outs:
         assert np.isnan(o[17]) and np.isfinite(o[3000:]).all()
+
+
+def test_codebook_error_feedback_carries_what_was_dropped(rng):
+    """With error feedback, sent + new residual == x + old residual, step after step."""
+    fmt = get("q4")
+    plan = P.make_plan(fmt, 5000, 1, 0, "allgather")
+    residual = np.zeros(5000, np.float32)
+    sent_total = np.zeros(5000, np.float64)
+    x_total = np.zeros(5000, np.float64)
+    for step in range(20):
+        x = rng.standard_normal(5000).astype(np.float32)
+        before = residual.copy()
+        sent = P.sum_gathered(plan, P.encode_whole(plan, x, residual, step, error_feedback=True))
+        np.testing.assert_allclose(sent + residual, x + before, rtol=1e-5, atol=1e-5)
+        sent_total += sent
+        x_total += x
+    # the running total is off by one residual only, not by 20 steps of rounding
+    assert np.abs(sent_total - x_total).max() <= np.abs(residual).max() + 1e-4

@@ -1,0 +1,78 @@
+"""`horovod-q8 report`: mean and spread of test accuracy per compression over seeds, from the
+JSON summaries that `horovod-q8 compare --out DIR` writes (DIR/seed*/NAME.json), and a plot."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+
+
+def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
+    p = p or argparse.ArgumentParser(prog="horovod-q8 report", description=__doc__)
+    p.add_argument("runs", help="folder holding seed*/<compression>.json")
+    p.add_argument("--plot", default=None, help="PNG of test accuracy per epoch per compression")
+    return p
+
+
+def load(runs: Path) -> Dict[str, List[dict]]:
+    by_name: Dict[str, List[dict]] = {}
+    for f in sorted(runs.glob("seed*/*.json")):
+        r = json.loads(f.read_text())
+        by_name.setdefault(r["compression"], []).append(r)
+    if not by_name:
+        raise SystemExit(f"no seed*/<compression>.json files under {runs}")
+    return by_name
+
+
+def table(by_name: Dict[str, List[dict]]) -> str:
+    from horovod_q8.bench.common import markdown
+
+    base = np.mean([r["test_accuracy"] for r in by_name.get("none", [])]) if "none" in by_name else None
+    rows = []
+    for name, rs in by_name.items():
+        acc = 100 * np.array([r["test_accuracy"] for r in rs])
+        delta = f"{acc.mean() - 100 * base:+.2f}" if base is not None else ""
+        rows.append([name, len(rs), f"{acc.mean():.2f}", f"{acc.std(ddof=1) if len(rs) > 1 else 0:.2f}",
+                     f"{acc.min():.2f}", f"{acc.max():.2f}", delta,
+                     f"{np.mean([r['bytes_per_step'] for r in rs]) / 1e3:.1f}"])
+    return markdown(["compression", "seeds", "mean test acc %", "std", "min", "max",
+                     "vs fp32 (points)", "kB sent/rank/step"], rows)
+
+
+def plot(by_name: Dict[str, List[dict]], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, rs in by_name.items():
+        curves = np.array([r["val_accuracy_per_epoch"] for r in rs]) * 100
+        epochs = np.arange(1, curves.shape[1] + 1)
+        ax.errorbar(epochs, curves.mean(0), yerr=curves.std(0), marker="o", capsize=3, label=name)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("test accuracy % (mean ± std over seeds)")
+    ax.set_xticks(epochs)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    ax.set_title(f"{rs[0]['dataset']}, {rs[0]['ranks']} Horovod ranks, {len(rs)} seeds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def run(args: argparse.Namespace) -> None:
+    by_name = load(Path(args.runs))
+    print(table(by_name))
+    if args.plot:
+        plot(by_name, args.plot)
+        print(f"\nplot: {args.plot}")
+
+
+def main(argv=None) -> None:
+    run(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()
