@@ -5,10 +5,11 @@ setup(
     name="horovod_q8",
     version="0.1.0",
     description="8-bit and 4-bit gradient and activation compression for Horovod",
-    packages=find_packages(include=["horovod_q8", "horovod_q8.*"]) + ["horovod_q8.kernels"],
+    packages=find_packages(include=["horovod_q8", "horovod_q8.*"]) + ["horovod_q8.kernels", "horovod_q8.launch"],
     # The .cu sources live in kernels/ at the top level and ship inside the package.
-    package_dir={"horovod_q8": "horovod_q8", "horovod_q8.kernels": "kernels"},
-    package_data={"horovod_q8.kernels": ["*.cu"]},
+    package_dir={"horovod_q8": "horovod_q8", "horovod_q8.kernels": "kernels",
+                 "horovod_q8.launch": "launch"},
+    package_data={"horovod_q8.kernels": ["*.cu"], "horovod_q8.launch": ["*.sh", "*.sbatch", "hostfile"]},
     python_requires=">=3.9",
     install_requires=["numpy>=1.23"],
     extras_require={

@@ -8,7 +8,7 @@ from typing import List, Optional
 
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="horovod-q8", description="8-bit and 4-bit compression for Horovod")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="subcommand", required=True)
 
     from horovod_q8.workloads import train
     train.build_parser(sub.add_parser("train", help="Keras training under horovodrun/mpirun"))
@@ -19,18 +19,28 @@ def main(argv: Optional[List[str]] = None) -> None:
     from horovod_q8.workloads import report
     report.build_parser(sub.add_parser("report", help="accuracy table and plot from compare runs"))
 
+    from horovod_q8 import launcher
+    launcher.build_parser(sub.add_parser("launch", help="render a launch template and run or print it"))
+
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
     from horovod_q8.bench import allreduce, formats
     formats.build_parser(bench.add_parser("formats", help="error and speed of every format"))
     allreduce.build_parser(bench.add_parser("allreduce", help="compressed allreduce under horovodrun"))
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command: List[str] = []
+    if argv[:1] == ["launch"]:
+        argv, command = launcher.split_command(argv)
     args = parser.parse_args(argv)
-    if args.command == "train":
+    args.command = command
+    if args.subcommand == "train":
         train.run(args)
-    elif args.command == "compare":
+    elif args.subcommand == "compare":
         sys.exit(compare.run(args))
-    elif args.command == "report":
+    elif args.subcommand == "report":
         report.run(args)
+    elif args.subcommand == "launch":
+        sys.exit(launcher.run(args))
     elif args.bench == "formats":
         formats.run(args)
     else:

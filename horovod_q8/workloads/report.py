@@ -14,6 +14,7 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p = p or argparse.ArgumentParser(prog="horovod-q8 report", description=__doc__)
     p.add_argument("runs", help="folder holding seed*/<compression>.json")
     p.add_argument("--plot", default=None, help="PNG of test accuracy per epoch per compression")
+    p.add_argument("--title", default=None, help="plot title (default: dataset, ranks, seeds)")
     return p
 
 
@@ -42,7 +43,7 @@ def table(by_name: Dict[str, List[dict]]) -> str:
                      "vs fp32 (points)", "kB sent/rank/step"], rows)
 
 
-def plot(by_name: Dict[str, List[dict]], path: str) -> None:
+def plot(by_name: Dict[str, List[dict]], path: str, title: Optional[str] = None) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -57,7 +58,8 @@ def plot(by_name: Dict[str, List[dict]], path: str) -> None:
     ax.set_xticks(epochs)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
-    ax.set_title(f"{rs[0]['dataset']}, {rs[0]['ranks']} Horovod ranks, {len(rs)} seeds")
+    seeds = max(len(v) for v in by_name.values())
+    ax.set_title(title or f"{rs[0]['dataset']}, {rs[0]['ranks']} Horovod ranks, {seeds} seeds")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -66,7 +68,7 @@ def run(args: argparse.Namespace) -> None:
     by_name = load(Path(args.runs))
     print(table(by_name))
     if args.plot:
-        plot(by_name, args.plot)
+        plot(by_name, args.plot, args.title)
         print(f"\nplot: {args.plot}")
 
 

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# OpenMPI 4: MPI control messages over TCP, gradient data by NCCL over InfiniBand/RoCE.
+#   ${NP}         total processes
+#   ${HOSTS}      host:slots list
+#   ${IFACE}      TCP interface for MPI and NCCL's bootstrap (btl_tcp_if_include, NCCL_SOCKET_IFNAME)
+#   ${IB_DEVICE}  InfiniBand HCA NCCL uses (NCCL_IB_HCA), e.g. mlx5_0
+#   ${MPI_ENV}    extra `-x VAR=value` words forwarded to every rank
+#   ${MPI_EXTRA}  extra mpirun arguments
+#   ${COMMAND}    the training command
+# -bind-to none / -map-by slot: let Horovod and TensorFlow use every core of a GPU's slot.
+# -mca pml ob1 -mca btl ^openib: keep MPI off the verbs stack, which NCCL owns.
+set -euo pipefail
+mpirun -np ${NP} -H ${HOSTS} \
+    -bind-to none -map-by slot \
+    -mca pml ob1 -mca btl ^openib \
+    -mca btl_tcp_if_include ${IFACE} \
+    -x NCCL_IB_HCA=${IB_DEVICE} \
+    -x NCCL_SOCKET_IFNAME=${IFACE} \
+    -x LD_LIBRARY_PATH -x PATH ${MPI_ENV} ${MPI_EXTRA} \
+    ${COMMAND}

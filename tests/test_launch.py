@@ -1,0 +1,105 @@
+"""Launch templates: every one renders, bad input stops before anything starts, and the
+rendered local horovodrun and mpirun commands really train."""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from horovod_q8 import launcher
+from horovod_q8.startup import check_world_size, launcher_world_size
+
+FULL = ["--nodes", "2", "--gpus-per-node", "4", "--hosts", "node1,node2", "--iface", "eth0",
+        "--ib-device", "mlx5_0", "--env", "MSG=hello world; rm -rf /", "--mpi-arg=--report-bindings"]
+CMD = ["horovod-q8", "train", "imagenet", "--data-dir", "/data/my images", "--compression", "q8"]
+
+
+def render(template, options=FULL, command=CMD):
+    args = launcher.build_parser().parse_args([template, *options])
+    args.command = command
+    return launcher.render(template, launcher.values_from_args(args))
+
+
+@pytest.mark.parametrize("template", launcher.TEMPLATES)
+def test_every_template_renders_and_documents_its_placeholders(template):
+    text = launcher.template_text(template)
+    for name in launcher.placeholders(text):
+        assert text.count("${" + name + "}") >= 1
+    out = render(template)
+    assert set(launcher.placeholders(out)) <= {"SLURM_NTASKS"}  # only shell variables remain
+    if template != "hostfile":
+        assert "'/data/my images'" in out  # the command is quoted, not split
+    if template.endswith(".sh"):
+        subprocess.run(["bash", "-n"], input=out, text=True, check=True)  # valid shell
+
+
+def test_rendered_contents():
+    assert "-mca pml ob1 -mca btl ^openib" in render("mpirun_ompi4_ib.sh")
+    assert "-x NCCL_IB_HCA=mlx5_0" in render("mpirun_ompi4_ib.sh")
+    assert "-x 'MSG=hello world; rm -rf /'" in render("mpirun_ompi4_ib.sh")
+    assert "--mca pml ucx" in render("mpirun_ompi5_ucx.sh")
+    assert "UCX_NET_DEVICES=mlx5_0:1" in render("mpirun_ompi5_ucx.sh")
+    srun = render("slurm_srun.sbatch")
+    assert "#SBATCH --nodes=2" in srun and "srun --mpi=pmix" in srun
+    assert "export MSG='hello world; rm -rf /'" in srun
+    assert '-np "${SLURM_NTASKS}"' in render("slurm_mpirun.sbatch")
+    assert render("hostfile").splitlines()[-2:] == ["node1 slots=4", "node2 slots=4"]
+    assert "-H node1:4,node2:4" in render("horovodrun_gloo.sh")
+
+
+def test_bad_input_is_a_clear_error(tmp_path):
+    with pytest.raises(launcher.LaunchError, match="unknown template 'pbs.sh'"):
+        launcher.template_text("pbs.sh")
+    with pytest.raises(launcher.LaunchError, match="needs values for .*IB_DEVICE"):
+        render("mpirun_ompi4_ib.sh", ["--nodes", "2", "--gpus-per-node", "1", "--hosts", "a,b", "--iface", "eth0"])
+    with pytest.raises(launcher.LaunchError, match="needs values for COMMAND"):
+        render("horovodrun_gloo.sh", FULL, [])
+    with pytest.raises(launcher.LaunchError, match="--nodes 3 but 2 hosts"):
+        render("hostfile", ["--nodes", "3", "--gpus-per-node", "1", "--hosts", "a,b"])
+    with pytest.raises(launcher.LaunchError, match="VAR=value"):
+        render("horovodrun_gloo.sh", FULL + ["--env", "no-equals"])
+    with pytest.raises(launcher.LaunchError, match="does not exist"):
+        render("hostfile", ["--gpus-per-node", "1", "--hostfile", str(tmp_path / "none")])
+    hf = tmp_path / "hosts"
+    hf.write_text("# comment\nalpha slots=2\nbeta slots=2\n")
+    assert "alpha slots=4" in render("hostfile", ["--gpus-per-node", "4", "--hostfile", str(hf)])
+
+
+def test_cli_dry_run_and_errors():
+    base = [sys.executable, "-m", "horovod_q8.cli", "launch"]
+    ok = subprocess.run(base + ["horovodrun_gloo.sh", *FULL, "--dry-run", "--", *CMD], capture_output=True, text=True)
+    assert ok.returncode == 0 and "horovodrun --gloo -np 8" in ok.stdout, ok.stderr
+    bad = subprocess.run(base + ["horovodrun_gloo.sh", "--dry-run"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "needs values for" in bad.stderr
+
+
+def test_world_size_check():
+    check_world_size(2, {"OMPI_COMM_WORLD_SIZE": "2"})
+    check_world_size(4, {})
+    assert launcher_world_size({"SLURM_NTASKS": "8"}) == ("SLURM_NTASKS", 8)
+    with pytest.raises(RuntimeError, match="srun without PMI"):
+        check_world_size(1, {"SLURM_NTASKS": "8"})
+
+
+TRAIN = [sys.executable, "-m", "horovod_q8.workloads.train", "mnist", "--synthetic",
+         "--steps-per-epoch", "4", "--epochs", "1", "--compression", "q8", "--fused", "--verbose", "0"]
+
+
+@pytest.mark.parallel
+@pytest.mark.parametrize("template,extra", [
+    ("horovodrun_gloo.sh", []),
+    ("mpirun_ompi4_ib.sh", ["--mpi-arg=--allow-run-as-root", "--mpi-arg=--oversubscribe"]),
+])
+def test_rendered_local_launch_trains(template, extra, tmp_path):
+    from test_parallel import horovodrun
+    script = render(template, ["--nodes", "1", "--gpus-per-node", "2", "--hosts", "localhost",
+                               "--iface", "lo", "--ib-device", "mlx5_0", *extra], TRAIN)
+    bindir = os.path.dirname(horovodrun())
+    env = dict(os.environ, PATH=bindir + os.pathsep + os.environ["PATH"], TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=600, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "SUMMARY compression=q8 fused=True ranks=2" in out, out[-4000:]
