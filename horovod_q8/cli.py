@@ -22,6 +22,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     from horovod_q8 import launcher
     launcher.build_parser(sub.add_parser("launch", help="render a launch template and run or print it"))
 
+    from horovod_q8 import doctor
+    doctor.build_parser(sub.add_parser("doctor", help="check Horovod, TensorFlow, MPI, CuPy, kernels, network"))
+
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
     from horovod_q8.bench import allreduce, formats
     formats.build_parser(bench.add_parser("formats", help="error and speed of every format"))
@@ -39,6 +42,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(compare.run(args))
     elif args.subcommand == "report":
         report.run(args)
+    elif args.subcommand == "doctor":
+        sys.exit(doctor.run(args))
     elif args.subcommand == "launch":
         sys.exit(launcher.run(args))
     elif args.bench == "formats":
