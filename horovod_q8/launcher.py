@@ -87,6 +87,7 @@ def values_from_args(args: argparse.Namespace) -> Dict[str, Optional[str]]:
         "EXPORTS": "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env),
         "MPI_ENV": " ".join(f"-x {shlex.quote(k + '=' + v)}" for k, v in env),
         "MPI_EXTRA": " ".join(shlex.quote(a) for a in args.mpi_arg),
+        "SBATCH_GPUS": "" if args.no_gpus else (f"#SBATCH --gpus-per-node={gpus}" if gpus else None),
         "JOB_NAME": shlex.quote(args.job_name),
         "TIME": args.time,
         "COMMAND": shlex.join(args.command) if args.command else None,
@@ -104,6 +105,7 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("--ib-device", help="InfiniBand HCA for NCCL / UCX, e.g. mlx5_0")
     p.add_argument("--env", action="append", default=[], help="VAR=value for every rank")
     p.add_argument("--mpi-arg", action="append", default=[], help="extra mpirun argument; write --mpi-arg=--flag")
+    p.add_argument("--no-gpus", action="store_true", help="Slurm: ask for no GPUs (CPU-only nodes)")
     p.add_argument("--job-name", default="horovod_q8")
     p.add_argument("--time", default="01:00:00")
     p.add_argument("--dry-run", action="store_true", help="print the rendered script, run nothing")

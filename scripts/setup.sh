@@ -20,6 +20,8 @@ command -v mpirun >/dev/null || need_apt+=(openmpi-bin)
 [ -e /usr/include/x86_64-linux-gnu/openmpi ] || dpkg -s libopenmpi-dev >/dev/null 2>&1 || need_apt+=(libopenmpi-dev)
 [ -d /usr/share/datasets/fashion-mnist ] || need_apt+=(dataset-fashion-mnist)
 command -v ip >/dev/null || need_apt+=(iproute2)
+command -v slurmctld >/dev/null || need_apt+=(slurm-wlm)   # the single-node Slurm of tests/test_slurm.py
+command -v munged >/dev/null || need_apt+=(munge)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "apt-get install ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
