@@ -98,6 +98,11 @@ def encode_codebook(x, n, block, scales, codes, lut, mids, values, size, bits, s
                     vtmp[j - start] = np.float32(0)
             i = e
         vbits = vtmp.view(np.uint32)
+        if not stochastic and bits == 8:  # straight into the output, no packing pass
+            for j in range(end - start):
+                k = lut[vbits[j] >> np.uint32(16)]
+                codes[start + j] = k + (mids[k] < vtmp[j])
+            continue
         if not stochastic:
             for j in range(end - start):
                 k = lut[vbits[j] >> np.uint32(16)]
