@@ -86,20 +86,20 @@ def compressed_sum(owner, flat: tf.Tensor, shape, name: Optional[str], error_fee
 
     def compressed():
         fb = error_feedback
+        keep = fb or plan.fmt.uses_residual
+        r1 = _residual(owner, name, "residual", n, keep)
         if plan.schedule == P.ALLGATHER:
-            r = _residual(owner, name, "residual", n, fb or plan.fmt.uses_residual)
-            buf = _call(lambda x, rr, s: P.encode_whole(plan, x, rr, s, fb), flat, r, seed,
+            buf = _call(lambda x, rr, s: P.encode_whole(plan, x, rr, s, fb), flat, r1, seed,
                         plan.fmt.nbytes(n), "q8_encode")
             gathered = hvd.allgather(buf, name=nm("allgather"))
             (total,) = host_call(lambda g: P.sum_gathered(plan, g), [gathered], [tf.float32],
                                  [(n,)], "q8_sum")
             return total
-        r1 = _residual(owner, name, "residual", n, fb or plan.fmt.uses_residual)
         buf = _call(lambda x, rr, s: P.encode_chunks(plan, x, rr, s, fb), flat, r1, seed,
                     sum(plan.send_splits), "q8_encode_chunks")
         received, _ = hvd.alltoall(buf, splits=plan.send_splits, name=nm("alltoall"))
         mine_len = plan.chunk_len(plan.rank)
-        r2 = _residual(owner, name, "server_residual", mine_len, fb or plan.fmt.uses_residual)
+        r2 = _residual(owner, name, "server_residual", mine_len, keep)
         mine = _call(lambda x, rr, s: P.reduce_chunk(plan, x, rr, s, fb), received, r2, seed,
                      plan.fmt.nbytes(mine_len), "q8_reduce_chunk")
         gathered = hvd.allgather(mine, name=nm("allgather"))

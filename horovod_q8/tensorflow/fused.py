@@ -25,6 +25,11 @@ def _check_op(op) -> None:
                          "and Product cannot be computed from quantized codes")
 
 
+def bucket_shape(group: str, n: int) -> tuple:
+    """A shape of n elements whose rank puts a fused bucket in its layer group."""
+    return tuple(n if d == -1 else d for d in _GROUP_SHAPE[group])
+
+
 def plan_buckets(shapes: List[tuple], fusion_bytes: int, by_group: bool) -> List[List[int]]:
     """Consecutive indices in buckets of at most fusion_bytes of float32 (a larger tensor gets
     its own bucket); with by_group, tensors of different layer groups never share one."""
@@ -61,7 +66,8 @@ def make_fused_allreduce_grads_fn(name: str, compression: Q8Compressor, sparse_a
             out: List[Optional[tf.Tensor]] = [None] * len(grads)
             fused = [i for i, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)
                      and g.dtype.is_floating and g.shape.is_fully_defined()]
-            others = [i for i, g in enumerate(grads) if g is not None and i not in set(fused)]
+            fused_set = set(fused)
+            others = [i for i, g in enumerate(grads) if g is not None and i not in fused_set]
             for i in others:  # integer, sparse or unknown-shape gradients: Horovod's own path
                 out[i] = hvd.allreduce(grads[i], op=op, prescale_factor=pre, postscale_factor=post,
                                        name=f"{name}.plain{i}")
@@ -77,7 +83,7 @@ def make_fused_allreduce_grads_fn(name: str, compression: Q8Compressor, sparse_a
                 else:
                     check_same_config(compression)
                     group = layer_group(len(shapes[members[0]])) if by_group else "other"
-                    shape = tuple(n if d == -1 else d for d in _GROUP_SHAPE[group])
+                    shape = bucket_shape(group, n)
                     total = C.compressed_sum(compression, flat, shape, f"q8.{name}.bucket{b}",
                                              compression.feedback, compression.schedule,
                                              compression.warmup_steps, compression.format.seed)

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from typing import Iterable
 
+import horovod.tensorflow as hvd
 import numpy as np
 
 from horovod_q8.collective.plan import make_plan
 from horovod_q8.tensorflow.compressor import Q8Compressor
-from horovod_q8.tensorflow.fused import DEFAULT_FUSION_BYTES, _GROUP_SHAPE, plan_buckets
+from horovod_q8.tensorflow.fused import DEFAULT_FUSION_BYTES, bucket_shape, plan_buckets
 from horovod_q8.formats import layer_group
 
 
@@ -22,7 +23,7 @@ def bytes_per_step(shapes: Iterable[tuple], compression, ranks: int, fused: bool
     shapes = [tuple(int(d) for d in s) for s in shapes]
     sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
     if not isinstance(compression, Q8Compressor):
-        per = 2 if getattr(compression, "__name__", str(compression)).lower().find("fp16") >= 0 else 4
+        per = 2 if compression is hvd.Compression.fp16 else 4
         return sum(ring_bytes(n, per, ranks) for n in sizes)
     if ranks < 2:
         return 0.0
@@ -32,7 +33,7 @@ def bytes_per_step(shapes: Iterable[tuple], compression, ranks: int, fused: bool
         for members in plan_buckets(shapes, fusion_bytes, by_group):
             n = sum(sizes[m] for m in members)
             group = layer_group(len(shapes[members[0]])) if by_group else "other"
-            shape = tuple(n if d == -1 else d for d in _GROUP_SHAPE[group])
+            shape = bucket_shape(group, n)
             if n >= max(compression.min_size, 1):
                 total += make_plan(compression.format, n, ranks, 0, compression.schedule, shape).bytes_sent()
             else:
