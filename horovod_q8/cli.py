@@ -25,6 +25,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     from horovod_q8 import doctor
     doctor.build_parser(sub.add_parser("doctor", help="check Horovod, TensorFlow, MPI, CuPy, kernels, network"))
 
+    from horovod_q8.speedup import report as speedup
+    speedup.build_parser(sub.add_parser("speedup", help="predicted time per step and speedup against GPU count"))
+
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
     from horovod_q8.bench import allreduce, formats
     formats.build_parser(bench.add_parser("formats", help="error and speed of every format"))
@@ -46,6 +49,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(doctor.run(args))
     elif args.subcommand == "launch":
         sys.exit(launcher.run(args))
+    elif args.subcommand == "speedup":
+        speedup.run(args)
     elif args.bench == "formats":
         formats.run(args)
     else:

@@ -1,0 +1,303 @@
+"""The alpha-beta cost model: one allreduce per schedule, then a training step and its speedup.
+
+Costs per allreduce of n elements on P ranks, g per node (N = P/g nodes), S = wire bytes:
+- ring (Horovod/NCCL for fp32, fp16): 2(P-1) alpha + 2(P-1)/P S / bw; on a flat ring only one
+  ring edge per node crosses the NIC, so the slowest of NIC and intra link sets the pace.
+- two-phase (horovod_q8, P > 2): alltoall then ring allgather of the compressed chunks. The
+  alltoall puts g(P-g)/P of the compressed bytes on each node's NIC, the allgather (P-1)/P.
+- allgather (horovod_q8, P <= 2): (P-1) whole compressed tensors per edge.
+- hierarchical: reduce-scatter inside the node, the above among the N nodes on 1/g of the
+  data (g flows share the NIC), allgather inside the node. For fp32/fp16 that is Horovod's
+  HOROVOD_HIERARCHICAL_ALLREDUCE; for the q-formats it is a schedule horovod_q8 does not have.
+Codec time (serial with the wire, as in plan.py) counts the elements encoded and decoded.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Iterable, List, Optional, Sequence
+
+from horovod_q8.collective import plan as P
+from horovod_q8.formats import COMPRESSION_NAMES, get
+from horovod_q8.speedup import rates as R
+from horovod_q8.speedup.layers import ModelSpec
+from horovod_q8.speedup.network import Cluster, Link
+
+RING, HIERARCHICAL = "ring", "hierarchical"
+TWO_PHASE, ALLGATHER = P.TWO_PHASE, P.ALLGATHER
+SCHEDULES = ("auto", RING, TWO_PHASE, ALLGATHER, HIERARCHICAL)
+UNCOMPRESSED = {"none": 4, "fp16": 2}  # bytes per element of Horovod's own methods
+FUSION_BYTES = 64 * 1024 * 1024  # Horovod's default HOROVOD_FUSION_THRESHOLD
+MIN_SIZE = 1024  # horovod_q8 sends smaller tensors uncompressed
+# Fraction of the compute time that communication can hide behind. Backward is about 2/3 of
+# forward + backward; gradients become ready uniformly during it, so on average the reduction
+# of a gradient can start half-way through backward: 1/2 * 2/3. One value for every case.
+OVERLAP = 1 / 3
+
+
+def canonical(method: str) -> str:
+    """"fp32" is Horovod's "none"; anything else must be a --compression name."""
+    m = "none" if method == "fp32" else method
+    if m not in COMPRESSION_NAMES:
+        raise ValueError(f"unknown method {method!r}; choose from fp32, {', '.join(COMPRESSION_NAMES)}")
+    return m
+
+
+def label(method: str) -> str:
+    return "fp32" if method in ("none", "fp32") else method
+
+
+def resolve_schedule(method: str, schedule: str, ranks: int) -> str:
+    """What runs: "auto" is Horovod's ring for none/fp16 and plan.choose_schedule for ours."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if canonical(method) in UNCOMPRESSED:
+        if schedule in ("auto", RING, HIERARCHICAL):
+            return RING if schedule == "auto" else schedule
+        raise ValueError(f"{label(method)} is reduced by Horovod's allreduce: ring or hierarchical")
+    if schedule == RING:
+        raise ValueError(f"{method}: quantized codes cannot be summed on a ring (docs/design.md)")
+    return schedule if schedule == HIERARCHICAL else P.choose_schedule(schedule, ranks)
+
+
+def _div(x: float, rate: float) -> float:
+    return 0.0 if x == 0 or math.isinf(rate) else x / rate
+
+
+@dataclass(frozen=True)
+class _Topo:
+    ranks: int
+    g: int
+    nodes: int
+    inter: Link
+    intra: Link
+
+    @property
+    def edge(self) -> tuple:
+        """(bandwidth, alpha) of the slowest hop of a ring over all ranks."""
+        if self.nodes == 1:
+            return self.intra.bandwidth, self.intra.alpha
+        if self.g == 1:
+            return self.inter.bandwidth, self.inter.alpha
+        return (min(self.inter.bandwidth, self.intra.bandwidth), max(self.inter.alpha, self.intra.alpha))
+
+
+def _topo(ranks: int, gpus_per_node: int, inter: Link, intra: Link) -> _Topo:
+    g = max(1, min(gpus_per_node, ranks))
+    if ranks % g:
+        raise ValueError(f"{ranks} ranks do not fill nodes of {gpus_per_node} GPUs")
+    return _Topo(ranks, g, ranks // g, inter, intra)
+
+
+def _ring(n: int, bpe: int, t: _Topo) -> dict:
+    s, p = n * bpe, t.ranks
+    bw, a = t.edge
+    per_edge = 2 * (p - 1) / p * s
+    return dict(wire=per_edge / bw, latency=2 * (p - 1) * a, enc=n if bpe == 2 else 0,
+                dec=n if bpe == 2 else 0, bytes_per_rank=round(per_edge),
+                nic_bytes=round(per_edge) if t.nodes > 1 else 0)
+
+
+def _hier_ring(n: int, bpe: int, t: _Topo) -> dict:
+    if t.nodes == 1 or t.g == 1:
+        return _ring(n, bpe, t)
+    s, g, nn = n * bpe, t.g, t.nodes
+    local = 2 * (g - 1) / g * s  # reduce-scatter + allgather inside the node
+    nic = 2 * (nn - 1) / nn * s  # g shards of s/g, each ring-allreduced over N nodes
+    return dict(wire=local / t.intra.bandwidth + nic / t.inter.bandwidth,
+                latency=2 * (g - 1) * t.intra.alpha + 2 * (nn - 1) * t.inter.alpha,
+                enc=n if bpe == 2 else 0, dec=n if bpe == 2 else 0,
+                bytes_per_rank=round(local + nic / g), nic_bytes=round(nic))
+
+
+@lru_cache(maxsize=4096)
+def _chunks(fmt, n: int, ranks: int) -> tuple:
+    """(bytes of every rank's chunk, rank 0's chunk length, rank 0's plan.bytes_sent())."""
+    plan = P.make_plan(fmt, n, ranks, 0, TWO_PHASE)
+    return tuple(plan.send_splits), plan.chunk_len(0), plan.bytes_sent()
+
+
+def _two_phase(fmt, n: int, t: _Topo) -> dict:
+    cb, mine, sent = _chunks(fmt, n, t.ranks)
+    g, p = t.g, t.ranks
+    nic_a2a = g * sum(cb[g:])  # every rank of node 0 sends every off-node rank its chunk
+    local_a2a = sum(cb[1:g])
+    gathered = sum(cb) - cb[0]  # a ring allgather moves P-1 chunks over every edge
+    bw, a = t.edge
+    a2a = max(nic_a2a / t.inter.bandwidth if t.nodes > 1 else 0.0, local_a2a / t.intra.bandwidth)
+    return dict(wire=a2a + gathered / bw, latency=2 * (p - 1) * a, enc=n + mine, dec=p * mine + n,
+                bytes_per_rank=sent, nic_bytes=(nic_a2a + gathered) if t.nodes > 1 else 0)
+
+
+def _allgather(fmt, n: int, t: _Topo) -> dict:
+    plan = P.make_plan(fmt, n, t.ranks, 0, ALLGATHER)
+    bw, a = t.edge
+    per_edge = (t.ranks - 1) * fmt.nbytes(n)
+    return dict(wire=per_edge / bw, latency=(t.ranks - 1) * a, enc=n, dec=t.ranks * n,
+                bytes_per_rank=plan.bytes_sent(), nic_bytes=per_edge if t.nodes > 1 else 0)
+
+
+def _hier_two_phase(fmt, n: int, t: _Topo) -> dict:
+    if t.nodes == 1 or t.g == 1:
+        return _two_phase(fmt, n, t)
+    g, nn = t.g, t.nodes
+    shard = -(-n // g)
+    cb, mine, _ = _chunks(fmt, shard, nn)
+    c = g * sum(cb)  # compressed bytes of the whole tensor
+    rs = (g - 1) / g * 4 * n  # float32 reduce-scatter inside the node
+    nic = 2 * (nn - 1) / nn * c
+    ag_local = (g - 1) / g * c
+    return dict(wire=(rs + ag_local) / t.intra.bandwidth + nic / t.inter.bandwidth,
+                latency=2 * (g - 1) * t.intra.alpha + 2 * (nn - 1) * t.inter.alpha,
+                enc=shard + mine, dec=nn * mine + n,
+                bytes_per_rank=round(rs + nic / g + ag_local), nic_bytes=round(nic))
+
+
+def allreduce_time(method: str, elements: int, ranks: int, *, alpha: float, bandwidth: float,
+                   encode_rate: float = math.inf, decode_rate: float = math.inf,
+                   schedule: str = "auto", gpus_per_node: int = 1,
+                   intra_bandwidth: Optional[float] = None, intra_alpha: Optional[float] = None) -> dict:
+    """Predicted time of one allreduce (sum) of `elements` float32 values over `ranks` ranks.
+
+    bandwidth: bytes/s per host link, each direction; alpha: seconds per message; rates:
+    elements/s. intra_*: the link between GPUs of one node (default: the same as the host's).
+    Returns total, wire, latency and codec seconds, bytes_per_rank (all links), nic_bytes (out
+    of one node's NIC) and the schedule used.
+    """
+    m = canonical(method)
+    inter = Link("inter", bandwidth, alpha)
+    intra = Link("intra", intra_bandwidth or bandwidth, alpha if intra_alpha is None else intra_alpha)
+    t = _topo(int(ranks), int(gpus_per_node), inter, intra)
+    sched = resolve_schedule(m, schedule, t.ranks)
+    n = int(elements)
+    if t.ranks == 1 or n == 0:
+        return dict(total=0.0, wire=0.0, latency=0.0, codec=0.0, bytes_per_rank=0, nic_bytes=0,
+                    schedule=sched)
+    if m in UNCOMPRESSED:
+        r = (_ring if sched == RING else _hier_ring)(n, UNCOMPRESSED[m], t)
+    else:
+        fmt = get(m)
+        r = {TWO_PHASE: _two_phase, ALLGATHER: _allgather, HIERARCHICAL: _hier_two_phase}[sched](fmt, n, t)
+    codec = _div(r.pop("enc"), encode_rate) + _div(r.pop("dec"), decode_rate)
+    return dict(total=r["wire"] + r["latency"] + codec, codec=codec, schedule=sched, **r)
+
+
+def buckets(sizes_forward: Sequence[int], bytes_per_element: int,
+            fusion_bytes: int = FUSION_BYTES) -> List[int]:
+    """Element counts of the fused buffers, in backprop order (last layer's gradients first):
+    consecutive tensors up to fusion_bytes; a larger tensor travels alone."""
+    out: List[int] = []
+    cur = 0
+    for n in reversed(list(sizes_forward)):
+        if cur and (cur + n) * bytes_per_element > fusion_bytes:
+            out.append(cur)
+            cur = 0
+        cur += n
+    if cur:
+        out.append(cur)
+    return out
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything but the model and the GPU count.
+
+    codec: a rates preset ("gpu", "cpu", "none"); encode_rate/decode_rate override it.
+    schedule: for the q-formats (auto = what horovod_q8 does). hierarchical: Horovod's
+    hierarchical allreduce for fp32/fp16 instead of the flat ring.
+    """
+
+    cluster: Cluster
+    compute_time: float
+    overlap: float = OVERLAP
+    codec: str = "gpu"
+    encode_rate: Optional[float] = None
+    decode_rate: Optional[float] = None
+    schedule: str = "auto"
+    hierarchical: bool = False
+    fusion_bytes: int = FUSION_BYTES
+
+    def __post_init__(self) -> None:
+        if self.compute_time <= 0 or not 0 <= self.overlap <= 1:
+            raise ValueError("compute_time must be > 0 and overlap in [0, 1]")
+
+    def rates(self, method: str) -> tuple:
+        enc, dec = R.rates(self.codec, canonical(method))
+        if canonical(method) == "none":
+            return enc, dec
+        return (self.encode_rate or enc), (self.decode_rate or dec)
+
+    def schedule_for(self, method: str) -> str:
+        if canonical(method) in UNCOMPRESSED:
+            return HIERARCHICAL if self.hierarchical else "auto"
+        return self.schedule
+
+    def with_inter_bandwidth(self, bandwidth: float) -> "Setup":
+        c = self.cluster
+        return replace(self, cluster=replace(c, inter=replace(c.inter, bandwidth=bandwidth)))
+
+
+def comm_time(method: str, sizes: Sequence[int], ranks: int, setup: Setup) -> dict:
+    """One step's gradient reduction: one allreduce per fused buffer, summed."""
+    m = canonical(method)
+    c = setup.cluster
+    enc, dec = setup.rates(m)
+    total = dict(total=0.0, wire=0.0, latency=0.0, codec=0.0, bytes_per_rank=0, nic_bytes=0, calls=0)
+    for n in buckets(sizes, UNCOMPRESSED.get(m, 4), setup.fusion_bytes):
+        small = m not in UNCOMPRESSED and n < MIN_SIZE
+        r = allreduce_time("none" if small else m, n, ranks, alpha=c.inter.alpha,
+                           bandwidth=c.inter.bandwidth, encode_rate=enc, decode_rate=dec,
+                           schedule="auto" if small else setup.schedule_for(m),
+                           gpus_per_node=c.gpus_per_node, intra_bandwidth=c.intra.bandwidth,
+                           intra_alpha=c.intra.alpha)
+        for k in ("total", "wire", "latency", "codec", "bytes_per_rank", "nic_bytes"):
+            total[k] += r[k]
+        total["calls"] += 1
+        total["schedule"] = r["schedule"]
+    return total
+
+
+def step(method: str, model: ModelSpec, ranks: int, setup: Setup) -> dict:
+    """Time per step: compute, plus the communication the overlap window does not hide."""
+    comm = comm_time(method, model.sizes, ranks, setup) if ranks > 1 else dict(
+        total=0.0, wire=0.0, latency=0.0, codec=0.0, bytes_per_rank=0, nic_bytes=0, calls=0)
+    exposed = max(0.0, comm["total"] - setup.overlap * setup.compute_time)
+    t = setup.compute_time + exposed
+    speedup = ranks * setup.compute_time / t
+    return dict(method=label(method), gpus=ranks, step=t, compute=setup.compute_time,
+                comm=comm["total"], exposed=exposed, wire=comm["wire"], latency=comm["latency"],
+                codec=comm["codec"], calls=comm["calls"], bytes_per_rank=comm["bytes_per_rank"],
+                schedule=comm.get("schedule", "-"), speedup=speedup, efficiency=speedup / ranks)
+
+
+def predict(model: ModelSpec, gpus: Iterable[int], methods: Iterable[str], setup: Setup,
+            batch: Optional[int] = None) -> List[dict]:
+    """One row per (GPU count, method); images/s when the per-GPU batch is known."""
+    rows = []
+    for p in gpus:
+        for m in methods:
+            r = step(m, model, p, setup)
+            if batch:
+                r["images_per_s"] = p * batch / r["step"]
+            rows.append(r)
+    return rows
+
+
+def break_even(model: ModelSpec, ranks: int, method: str, reference: str, setup: Setup,
+               lo: float = 1e6, hi: float = 1e13, rel: float = 1e-3) -> float:
+    """Inter-node bandwidth (bytes/s) above which `method` is no longer at least `rel` faster per
+    step than `reference`, by bisection in log space. 0: it never pays; inf: it pays up to `hi`."""
+    def pays(bw: float) -> bool:
+        s = setup.with_inter_bandwidth(bw)
+        return step(method, model, ranks, s)["step"] < step(reference, model, ranks, s)["step"] * (1 - rel)
+
+    if not pays(lo):
+        return 0.0
+    if pays(hi):
+        return math.inf
+    a, b = math.log(lo), math.log(hi)
+    for _ in range(60):
+        mid = (a + b) / 2
+        a, b = (mid, b) if pays(math.exp(mid)) else (a, mid)
+    return math.exp((a + b) / 2)
