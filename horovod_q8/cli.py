@@ -13,6 +13,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     from horovod_q8.workloads import train
     train.build_parser(sub.add_parser("train", help="Keras training under horovodrun/mpirun"))
 
+    from horovod_q8.workloads import hybrid
+    hybrid.build_parser(sub.add_parser("hybrid", help="data-parallel conv + model-parallel FC, compressed activations"))
+
     from horovod_q8.workloads import compare
     compare.build_parser(sub.add_parser("compare", help="the main job: 2-process training per compression, one table"))
 
@@ -41,6 +44,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     args.command = command
     if args.subcommand == "train":
         train.run(args)
+    elif args.subcommand == "hybrid":
+        hybrid.run(args)
     elif args.subcommand == "compare":
         sys.exit(compare.run(args))
     elif args.subcommand == "report":

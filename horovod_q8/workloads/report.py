@@ -15,20 +15,23 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("runs", help="folder holding seed*/<compression>.json")
     p.add_argument("--plot", default=None, help="PNG of test accuracy per epoch per compression")
     p.add_argument("--title", default=None, help="plot title (default: dataset, ranks, seeds)")
+    p.add_argument("--key", default="compression",
+                   help="summary field that names a row (activation_compression for hybrid runs)")
+    p.add_argument("--per-seed", action="store_true", help="a column with every seed's accuracy")
     return p
 
 
-def load(runs: Path) -> Dict[str, List[dict]]:
+def load(runs: Path, key: str = "compression") -> Dict[str, List[dict]]:
     by_name: Dict[str, List[dict]] = {}
     for f in sorted(runs.glob("seed*/*.json")):
         r = json.loads(f.read_text())
-        by_name.setdefault(r["compression"], []).append(r)
+        by_name.setdefault(r[key], []).append(r)
     if not by_name:
         raise SystemExit(f"no seed*/<compression>.json files under {runs}")
     return by_name
 
 
-def table(by_name: Dict[str, List[dict]]) -> str:
+def table(by_name: Dict[str, List[dict]], per_seed: bool = False) -> str:
     from horovod_q8.bench.common import markdown
 
     base = np.mean([r["test_accuracy"] for r in by_name.get("none", [])]) if "none" in by_name else None
@@ -39,8 +42,10 @@ def table(by_name: Dict[str, List[dict]]) -> str:
         rows.append([name, len(rs), f"{acc.mean():.2f}", f"{acc.std(ddof=1) if len(rs) > 1 else 0:.2f}",
                      f"{acc.min():.2f}", f"{acc.max():.2f}", delta,
                      f"{np.mean([r['bytes_per_step'] for r in rs]) / 1e3:.1f}"])
+        if per_seed:
+            rows[-1].append(", ".join(f"{a:.2f}" for a in acc))
     return markdown(["compression", "seeds", "mean test acc %", "std", "min", "max",
-                     "vs fp32 (points)", "kB sent/rank/step"], rows)
+                     "vs fp32 (points)", "kB sent/rank/step"] + (["per seed"] if per_seed else []), rows)
 
 
 def plot(by_name: Dict[str, List[dict]], path: str, title: Optional[str] = None) -> None:
@@ -65,8 +70,8 @@ def plot(by_name: Dict[str, List[dict]], path: str, title: Optional[str] = None)
 
 
 def run(args: argparse.Namespace) -> None:
-    by_name = load(Path(args.runs))
-    print(table(by_name))
+    by_name = load(Path(args.runs), args.key)
+    print(table(by_name, args.per_seed))
     if args.plot:
         plot(by_name, args.plot, args.title)
         print(f"\nplot: {args.plot}")
