@@ -31,10 +31,15 @@ def main(argv: Optional[List[str]] = None) -> None:
     from horovod_q8.speedup import report as speedup
     speedup.build_parser(sub.add_parser("speedup", help="predicted time per step and speedup against GPU count"))
 
+    from horovod_q8.cluster import command as cluster
+    cluster.build_parser(sub.add_parser("cluster", help="run a job on emulated hosts (netns, tc-shaped links)"))
+
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
-    from horovod_q8.bench import allreduce, formats
+    from horovod_q8.bench import allreduce, formats, transfer
     formats.build_parser(bench.add_parser("formats", help="error and speed of every format"))
     allreduce.build_parser(bench.add_parser("allreduce", help="compressed allreduce under horovodrun"))
+    transfer.build_parser(bench.add_parser("transfer", help="mpi4py: link alpha/beta, codec rates, "
+                                                           "transfer and allreduce per format"))
 
     argv = sys.argv[1:] if argv is None else list(argv)
     command: List[str] = []
@@ -56,8 +61,12 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(launcher.run(args))
     elif args.subcommand == "speedup":
         speedup.run(args)
+    elif args.subcommand == "cluster":
+        sys.exit(cluster.run(args))
     elif args.bench == "formats":
         formats.run(args)
+    elif args.bench == "transfer":
+        transfer.run(args)
     else:
         allreduce.run(args)
 

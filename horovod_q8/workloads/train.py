@@ -106,6 +106,26 @@ class _EpochCheckpoint:
         return Save()
 
 
+def _step_timer(tf):
+    """A callback keeping the end time of every training batch (for steady-state images/s)."""
+
+    class StepTimer(tf.keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.ends: List[float] = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.ends.append(time.perf_counter())
+    return StepTimer()
+
+
+def steady_rate(ends: List[float], images_per_step: int, skip: int = 2) -> float:
+    """Images/s over the batches after the first `skip` (graph tracing, warm-up)."""
+    if len(ends) <= skip + 1:
+        return 0.0
+    return (len(ends) - 1 - skip) * images_per_step / (ends[-1] - ends[skip])
+
+
 def _threads(tf, hvd) -> None:
     cores = os.cpu_count() or 1
     per_rank = max(1, cores // hvd.local_size())
@@ -167,6 +187,8 @@ def run(args: argparse.Namespace) -> dict:
     if hvd.rank() == 0 and args.log_dir:
         callbacks.append(tf.keras.callbacks.TensorBoard(args.log_dir))
 
+    timer = _step_timer(tf)
+    callbacks.append(timer)
     start = time.perf_counter()
     hist = model.fit(train, steps_per_epoch=steps, epochs=args.epochs, initial_epoch=initial_epoch,
                      validation_data=test, callbacks=callbacks,
@@ -182,6 +204,7 @@ def run(args: argparse.Namespace) -> dict:
         "loss_per_epoch": [float(a) for a in hist.history.get("loss", [])],
         "wall_s": wall,
         "images_per_s": epochs_run * steps * args.batch_size * hvd.size() / wall if wall else 0.0,
+        "steady_images_per_s": steady_rate(timer.ends, args.batch_size * hvd.size()),
         "bytes_per_step": bytes_per_step(shapes, comp, hvd.size(), fused=args.fused),
         "parameters": int(sum(int(tf.size(v)) for v in model.trainable_variables)),
     }
@@ -190,6 +213,7 @@ def run(args: argparse.Namespace) -> dict:
         print(f"SUMMARY compression={args.compression} fused={args.fused} ranks={hvd.size()} "
               f"test_accuracy={acc if acc is None else round(acc, 4)} wall_s={wall:.1f} "
               f"images_per_s={summary['images_per_s']:.0f} "
+              f"steady_images_per_s={summary['steady_images_per_s']:.1f} "
               f"bytes_per_step={summary['bytes_per_step']:.0f}", flush=True)
         if args.results_json:
             Path(args.results_json).parent.mkdir(parents=True, exist_ok=True)

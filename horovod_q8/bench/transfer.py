@@ -1,0 +1,282 @@
+"""`horovod-q8 bench transfer` (mpi4py, under mpirun or `horovod-q8 cluster`): Dettmers'
+data-transfer measurement and the numbers the speedup model needs.
+
+- link: latency alpha (half a small ping-pong) and bandwidth beta (a large one-way send);
+- codec: encode and decode rates (elements/s) with every rank coding at once;
+- p2p: rank 0 compresses the gradient, sends it, rank 1 decompresses (Dettmers' transfer);
+- allreduce: the whole reduction, phases timed: MPI's own allreduce for fp32, fp16 with a
+  float16 sum; horovod_q8's schedule for the compressed formats (codes are never summed).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import zlib
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+
+DEFAULT = "none,fp16,q8,q8_linear,q4,q4_threshold,twobit"
+
+
+def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
+    p = p or argparse.ArgumentParser(prog="horovod-q8 bench transfer", description=__doc__)
+    p.add_argument("--elements", type=int, default=25_600_000, help="gradient size (ResNet-50: 25.6M)")
+    p.add_argument("--compressions", default=DEFAULT)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json", default=None, help="rank 0 writes every measurement here")
+    return p
+
+
+def _median(fn: Callable[[], Dict[str, float]], comm, repeats: int) -> Dict[str, float]:
+    """Run fn (which returns phase durations) after a barrier; per phase the slowest rank's
+    time, then the median over repeats (one warm-up run first)."""
+    from mpi4py import MPI
+
+    runs = []
+    for i in range(repeats + 1):
+        comm.Barrier()
+        t = time.perf_counter()
+        phases = fn()
+        phases["total"] = time.perf_counter() - t
+        slowest = {k: comm.allreduce(v, op=MPI.MAX) for k, v in phases.items()}
+        if i:
+            runs.append(slowest)
+    return {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
+
+
+def measure_link(comm, sizes=(8, 1 << 20, 16 << 20), repeats: int = 20) -> Dict[str, float]:
+    """Ping-pong between ranks 0 and 1: alpha from the smallest message, beta from the largest."""
+    rank = comm.Get_rank()
+    half = {}
+    for n in sizes:
+        buf = np.zeros(n, np.uint8)
+        times = []
+        for _ in range(repeats if n < (1 << 20) else max(3, repeats // 5)):
+            comm.Barrier()
+            t = time.perf_counter()
+            if rank == 0:
+                comm.Send(buf, 1)
+                comm.Recv(buf, 1)
+            elif rank == 1:
+                comm.Recv(buf, 0)
+                comm.Send(buf, 0)
+            times.append((time.perf_counter() - t) / 2)
+        half[n] = float(np.median(times))
+    half = comm.bcast(half, root=0)
+    alpha = half[sizes[0]]
+    big = sizes[-1]
+    return {"alpha_s": alpha, "bandwidth_Bps": big / max(half[big] - alpha, 1e-12),
+            "ring_bandwidth_Bps": ring_bandwidth(comm, big),
+            "half_rtt_s": {str(k): v for k, v in half.items()}}
+
+
+def ring_bandwidth(comm, n: int, repeats: int = 3) -> float:
+    """Bytes/s per link when every rank sends n bytes to the next while receiving from the
+    previous: links loaded in both directions at once, as in a collective."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    out, into = np.zeros(n, np.uint8), np.empty(n, np.uint8)
+    times = []
+    for _ in range(repeats):
+        comm.Barrier()
+        t = time.perf_counter()
+        comm.Sendrecv(out, (rank + 1) % size, recvbuf=into, source=(rank - 1) % size)
+        comm.Barrier()
+        times.append(time.perf_counter() - t)
+    return n / float(np.median(times))
+
+
+def _fp16_sum_op():
+    from mpi4py import MPI
+
+    def add(inbuf, inoutbuf, datatype):
+        a = np.frombuffer(inbuf, np.float16)
+        b = np.frombuffer(inoutbuf, np.float16)
+        np.add(b, a, out=b)
+    return MPI.Op.Create(add, commute=True)
+
+
+class Reducers:
+    """One allreduce per method, each returning its phase timings; `result` keeps the output."""
+
+    def __init__(self, comm, x: np.ndarray):
+        self.comm, self.x = comm, x
+        self.result: Optional[np.ndarray] = None
+        self._fp16 = None
+
+    def none(self) -> Dict[str, float]:
+        from mpi4py import MPI
+        out = np.empty_like(self.x)
+        t = time.perf_counter()
+        self.comm.Allreduce(self.x, out, op=MPI.SUM)
+        self.result = out
+        return {"wire": time.perf_counter() - t}
+
+    def fp16(self) -> Dict[str, float]:
+        from mpi4py import MPI
+        self._fp16 = self._fp16 or _fp16_sum_op()
+        t0 = time.perf_counter()
+        h = self.x.astype(np.float16)
+        out = np.empty_like(h)
+        t1 = time.perf_counter()
+        self.comm.Allreduce([h, MPI.SHORT], [out, MPI.SHORT], op=self._fp16)
+        t2 = time.perf_counter()
+        self.result = out.astype(np.float32)
+        t3 = time.perf_counter()
+        return {"codec": (t1 - t0) + (t3 - t2), "wire": t2 - t1}
+
+    def compressed(self, name: str) -> Dict[str, float]:
+        from mpi4py import MPI
+
+        from horovod_q8.collective import plan as P
+        from horovod_q8.formats import get
+
+        comm, x = self.comm, self.x
+        plan = P.make_plan(get(name), x.size, comm.Get_size(), comm.Get_rank(), shape=(x.size // 64, 64))
+        sizes = plan.gathered_sizes
+        gathered = np.empty(sum(sizes), np.uint8)
+        displs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int)
+        t = [time.perf_counter()]
+        if plan.schedule == P.ALLGATHER:
+            mine = P.encode_whole(plan, x)
+            t.append(time.perf_counter())
+            comm.Allgatherv([mine, MPI.BYTE], [gathered, (sizes, displs), MPI.BYTE])
+            t.append(time.perf_counter())
+            self.result = P.sum_gathered(plan, gathered)
+            t.append(time.perf_counter())
+            return {"codec": (t[1] - t[0]) + (t[3] - t[2]), "wire": t[2] - t[1]}
+        send = P.encode_chunks(plan, x)
+        splits = plan.send_splits
+        recv_part = splits[plan.rank]
+        received = np.empty(recv_part * plan.size, np.uint8)
+        t.append(time.perf_counter())
+        comm.Alltoallv([send, (splits, np.concatenate([[0], np.cumsum(splits)[:-1]]).astype(int)), MPI.BYTE],
+                       [received, ([recv_part] * plan.size, [recv_part * r for r in range(plan.size)]), MPI.BYTE])
+        t.append(time.perf_counter())
+        reduced = P.reduce_chunk(plan, received)
+        t.append(time.perf_counter())
+        comm.Allgatherv([reduced, MPI.BYTE], [gathered, (sizes, displs), MPI.BYTE])
+        t.append(time.perf_counter())
+        self.result = P.decode_gathered(plan, gathered)
+        t.append(time.perf_counter())
+        return {"codec": (t[1] - t[0]) + (t[3] - t[2]) + (t[5] - t[4]),
+                "wire": (t[2] - t[1]) + (t[4] - t[3])}
+
+
+def p2p(comm, x: np.ndarray, name: str) -> Dict[str, float]:
+    """Rank 0 compresses and sends the whole gradient; rank 1 receives and decompresses."""
+    from horovod_q8 import codec
+
+    rank = comm.Get_rank()
+    t0 = time.perf_counter()
+    if name in ("none", "fp16"):
+        dtype = np.float32 if name == "none" else np.float16
+        if rank == 0:
+            comm.Send(x.astype(dtype, copy=False).view(np.uint8), 1)
+        elif rank == 1:
+            buf = np.empty(x.size, dtype)
+            comm.Recv(buf.view(np.uint8), 0)
+            buf.astype(np.float32)
+    else:
+        n = codec.nbytes(name, x.shape)
+        if rank == 0:
+            comm.Send(codec.quantize(x, name), 1)
+        elif rank == 1:
+            buf = np.empty(n, np.uint8)
+            comm.Recv(buf, 0)
+            codec.dequantize(buf, name, x.shape)
+    return {"p2p": time.perf_counter() - t0}
+
+
+def codec_rates(comm, x: np.ndarray, name: str, repeats: int) -> Dict[str, float]:
+    """Encode/decode elements per second, all ranks coding at once (as in the allreduce).
+    Decoding adds into a float32 sum, as the reduction does."""
+    from horovod_q8.backends import cpu
+    from horovod_q8.formats import get
+
+    if name == "none":
+        return {"encode_rate": float("inf"), "decode_rate": float("inf")}
+    if name == "fp16":
+        enc = _median(lambda: {"t": _timed(lambda: x.astype(np.float16))}, comm, repeats)["t"]
+        h = x.astype(np.float16)
+        dec = _median(lambda: {"t": _timed(lambda: h.astype(np.float32))}, comm, repeats)["t"]
+    else:
+        fmt = get(name).for_shape((x.size // 64, 64))
+        enc = _median(lambda: {"t": _timed(lambda: cpu.encode(x, fmt))}, comm, repeats)["t"]
+        buf, total = cpu.encode(x, fmt), np.zeros_like(x)
+        dec = _median(lambda: {"t": _timed(lambda: cpu.decode(buf, fmt, x.size, out=total,
+                                                                       accumulate=True))}, comm, repeats)["t"]
+    return {"encode_rate": x.size / enc, "decode_rate": x.size / dec}
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def identical_on_every_rank(comm, result: np.ndarray) -> bool:
+    digest = zlib.crc32(result.tobytes())
+    return len(set(comm.allgather(digest))) == 1
+
+
+def run(args: argparse.Namespace) -> dict:
+    from mpi4py import MPI
+
+    from horovod_q8.bench.common import machine, markdown
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    x = np.random.default_rng(rank).standard_normal(args.elements).astype(np.float32)
+    exact = np.empty_like(x)
+    comm.Allreduce(x, exact, op=MPI.SUM)
+    names: List[str] = args.compressions.split(",")
+    report: dict = {"ranks": size, "elements": args.elements, "machine": machine(), "methods": {}}
+    if size >= 2:
+        report["link"] = measure_link(comm)
+    reducers = Reducers(comm, x)
+    for name in names:
+        fn = getattr(reducers, name) if name in ("none", "fp16") else (lambda n=name: reducers.compressed(n))
+        row = _median(fn, comm, args.repeats)
+        err = float(np.abs(reducers.result - exact).max() / np.abs(exact).max())
+        row.update(rel_max_error=err, identical=identical_on_every_rank(comm, reducers.result))
+        if size >= 2:
+            row["p2p"] = _median(lambda n=name: p2p(comm, x, n), comm, args.repeats)["p2p"]
+        row.update(codec_rates(comm, x, name, args.repeats))
+        report["methods"][name] = row
+    if rank == 0:
+        _print(report, markdown)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=1)
+    return report
+
+
+def _print(report: dict, markdown) -> None:
+    m = report["methods"]
+    base, half = m.get("none"), m.get("fp16")
+    print(f"# transfer benchmark: {report['ranks']} ranks, {report['elements']} float32 elements\n"
+          f"machine: {report['machine']}")
+    if "link" in report:
+        link = report["link"]
+        print(f"link: alpha {link['alpha_s'] * 1e6:.0f} us, bandwidth "
+              f"{link['bandwidth_Bps'] * 8 / 1e9:.3f} Gbit/s (ping-pong ranks 0-1), "
+              f"{link['ring_bandwidth_Bps'] * 8 / 1e9:.3f} Gbit/s per link with every rank "
+              f"sending and receiving\n")
+    rows = []
+    for name, r in m.items():
+        rows.append([name, r["total"] * 1e3, r.get("wire", 0) * 1e3, r.get("codec", 0) * 1e3,
+                     base["total"] / r["total"] if base else "", half["total"] / r["total"] if half else "",
+                     r.get("p2p", 0) * 1e3, base["p2p"] / r["p2p"] if base and "p2p" in r else "",
+                     r["rel_max_error"], "yes" if r["identical"] else "NO"])
+    print(markdown(["method", "allreduce ms", "wire ms", "codec ms", "vs fp32", "vs fp16",
+                    "p2p ms", "p2p vs fp32", "max rel err", "bit-identical"], rows), flush=True)
+
+
+def main(argv=None) -> None:
+    run(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

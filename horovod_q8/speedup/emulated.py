@@ -1,0 +1,70 @@
+"""The model against the emulated cluster: predict each `bench transfer` allreduce and p2p
+transfer from that run's independent measurements only (ping-pong latency, the bandwidth of
+links loaded both ways, codec rates timed alone), then put prediction and measurement side by side.
+
+    python -m horovod_q8.speedup.emulated docs/runs/cluster/transfer_*.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import List, Sequence
+
+from horovod_q8 import codec
+from horovod_q8.bench.common import markdown
+from horovod_q8.speedup.model import allreduce_time
+
+TOLERANCE = 0.15
+
+
+def _bytes_p2p(method: str, n: int) -> int:
+    return {"none": 4 * n, "fp16": 2 * n}.get(method) or codec.nbytes(method, (n,))
+
+
+def compare(report: dict) -> List[dict]:
+    """One row per method: measured and predicted allreduce and p2p seconds."""
+    link, n, ranks = report["link"], report["elements"], report["ranks"]
+    alpha = link["alpha_s"]
+    bw = link.get("ring_bandwidth_Bps", link["bandwidth_Bps"])
+    rows = []
+    for method, m in report["methods"].items():
+        rates = dict(encode_rate=m["encode_rate"], decode_rate=m["decode_rate"])
+        pred = allreduce_time(method, n, ranks, alpha=alpha, bandwidth=bw, **rates)
+        p2p = (alpha + _bytes_p2p(method, n) / link["bandwidth_Bps"]
+               + (0.0 if method == "none" else n / m["encode_rate"] + n / m["decode_rate"]))
+        rows.append(dict(method=method, ranks=ranks, measured=m["total"], predicted=pred["total"],
+                         wire=pred["wire"] + pred["latency"], codec=pred["codec"],
+                         p2p_measured=m.get("p2p", 0.0), p2p_predicted=p2p))
+    return rows
+
+
+def table(paths: Sequence[str]) -> str:
+    out = []
+    for path in paths:
+        report = json.loads(Path(path).read_text())
+        rows = compare(report)
+        gbit = report["link"].get("ring_bandwidth_Bps", report["link"]["bandwidth_Bps"]) * 8 / 1e9
+        out.append(f"### {Path(path).stem}: {report['ranks']} hosts, {report['elements']} elements, "
+                   f"links {gbit:.2f} Gbit/s, alpha {report['link']['alpha_s'] * 1e6:.0f} us\n")
+        body = []
+        for r in rows:
+            err = r["predicted"] / r["measured"] - 1
+            perr = r["p2p_predicted"] / r["p2p_measured"] - 1 if r["p2p_measured"] else 0.0
+            body.append([r["method"], r["measured"] * 1e3, r["predicted"] * 1e3, f"{err:+.0%}",
+                         "yes" if abs(err) <= TOLERANCE else "no", r["wire"] * 1e3, r["codec"] * 1e3,
+                         r["p2p_measured"] * 1e3, r["p2p_predicted"] * 1e3, f"{perr:+.0%}"])
+        out.append(markdown(["method", "allreduce measured ms", "predicted ms", "error",
+                             f"within {TOLERANCE:.0%}", "pred. wire ms", "pred. codec ms",
+                             "p2p measured ms", "p2p predicted ms", "p2p error"], body))
+    return "\n\n".join(out)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m horovod_q8.speedup.emulated", description=__doc__)
+    p.add_argument("reports", nargs="+", help="JSON files written by `horovod-q8 bench transfer --json`")
+    print(table(p.parse_args(argv).reports))
+
+
+if __name__ == "__main__":
+    main()
