@@ -38,8 +38,25 @@ def alexnet() -> ModelSpec:
     return ModelSpec("alexnet", tuple(sizes), "hand-written (one-weird-trick AlexNet, 5 conv + 3 fc)")
 
 
+CACHE = os.path.join(os.path.expanduser("~"), ".cache", "horovod_q8", "speedup_models")
+
+
 def keras(name: str) -> ModelSpec:
-    """Trainable variable sizes of a Keras application or one of our workload models (needs TF)."""
+    """Trainable variable sizes of a Keras application or one of our workload models; built with
+    TensorFlow once, then read from CACHE (building one takes seconds)."""
+    path = os.path.join(CACHE, f"{name}.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            d = json.load(f)
+        return ModelSpec(name, tuple(d["sizes"]), d["source"])
+    spec = _build_keras(name)
+    os.makedirs(CACHE, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"sizes": list(spec.sizes), "source": spec.source}, f)
+    return spec
+
+
+def _build_keras(name: str) -> ModelSpec:
     import numpy as np
     import tensorflow as tf
     if name in OURS:
