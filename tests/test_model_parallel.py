@@ -86,7 +86,7 @@ def test_hybrid_training_learns(tmp_path):
     summary = tmp_path / "hybrid.json"
     rc, out = horovodrun(2, "horovod_q8.cli", "hybrid", "--data-dir", str(data), "--epochs", "3",
                          "--batch-size", "32", "--lr", "0.01", "--warmup-epochs", "0",
-                         "--compression", "q8", "--activation-compression", "q8",
+                         "--compression", "q8", "--fused", "--activation-compression", "q8",
                          "--results-json", str(summary))
     assert rc == 0 and summary.exists(), out[-6000:]
     s = json.loads(summary.read_text())
