@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Issue 6's measurements on the emulated cluster (needs root): for 1 and 10 Gbit/s links,
-# the transfer benchmark (mpi4py) on 4 and 2 hosts, Horovod's allreduce of a 25.6M-element
-# gradient on 4 hosts, and ResNet-50 training throughput (--synthetic) per compression.
-# Output: docs/runs/cluster/ (or $1). Every job holds /tmp/hq8-cpu.lock: nothing else timed runs.
+# Issue 6's measurements on the emulated cluster (needs root), for each bandwidth in
+# $BANDWIDTHS (default "1gbit 10gbit"); sections (default all): 
+#   transfer   the transfer benchmark (mpi4py) on 4 and 2 hosts
+#   allreduce  Horovod's allreduce of a 25.6M-element gradient on 4 and 2 hosts
+#   train      ResNet-50 (32 px, batch 8, --synthetic) training throughput on 4 hosts per compression
+# Output: docs/runs/cluster/ (or $OUT). Every job holds /tmp/hq8-cpu.lock: nothing else timed runs.
+#   sudo bash scripts/cluster_bench.sh                 # everything
+#   sudo BANDWIDTHS=10gbit bash scripts/cluster_bench.sh train
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$(bash "$REPO/scripts/setup.sh")"
-OUT="${1:-$REPO/docs/runs/cluster}"
+OUT="${OUT:-$REPO/docs/runs/cluster}"
 BANDWIDTHS="${BANDWIDTHS:-1gbit 10gbit}"
+SECTIONS="${*:-transfer allreduce train}"
 mkdir -p "$OUT"
 HQ8="$VENV/bin/horovod-q8"
 
@@ -18,14 +23,24 @@ on() {  # on HOSTS BANDWIDTH LOGNAME -- command...
 }
 
 for bw in $BANDWIDTHS; do
-  for hosts in 4 2; do
-    on "$hosts" "$bw" "transfer_${hosts}x$bw" -- horovod-q8 bench transfer --json "$OUT/transfer_${hosts}x$bw.json"
-  done
-  on 4 "$bw" "allreduce_4x$bw" -- horovod-q8 bench allreduce --sizes-mb 97.65625 \
-    --compressions none,fp16,q8,q8_linear,q4,q4_threshold,twobit
-  for c in none fp16 q8 q4; do
-    on 4 "$bw" "train_${c}_4x$bw" -- horovod-q8 train imagenet --synthetic --image-size 32 \
-      --batch-size 32 --epochs 1 --steps-per-epoch 12 --fused --compression "$c" --verbose 0 \
-      --results-json "$OUT/train_${c}_4x$bw.json"
+  for section in $SECTIONS; do
+    case $section in
+      transfer)
+        for hosts in 4 2; do
+          on "$hosts" "$bw" "transfer_${hosts}x$bw" -- horovod-q8 bench transfer --json "$OUT/transfer_${hosts}x$bw.json"
+        done;;
+      allreduce)
+        for hosts in 4 2; do
+          on "$hosts" "$bw" "allreduce_${hosts}x$bw" -- horovod-q8 bench allreduce --sizes-mb 97.65625 \
+            --compressions none,fp16,q8,q8_linear,q4,q4_threshold,twobit
+        done;;
+      train)
+        for c in none fp16 q8 q4; do
+          on 4 "$bw" "train_${c}_4x$bw" -- horovod-q8 train imagenet --synthetic --image-size 32 \
+            --batch-size 8 --epochs 1 --steps-per-epoch 10 --fused --compression "$c" --verbose 0 \
+            --results-json "$OUT/train_${c}_4x$bw.json"
+        done;;
+      *) echo "unknown section $section (transfer, allreduce, train)" >&2; exit 2;;
+    esac
   done
 done
