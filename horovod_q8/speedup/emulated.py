@@ -41,6 +41,7 @@ def compare(report: dict) -> List[dict]:
 
 def table(paths: Sequence[str]) -> str:
     out = []
+    hits = {"allreduce": [0, 0], "p2p": [0, 0]}
     for path in paths:
         report = json.loads(Path(path).read_text())
         rows = compare(report)
@@ -51,12 +52,16 @@ def table(paths: Sequence[str]) -> str:
         for r in rows:
             err = r["predicted"] / r["measured"] - 1
             perr = r["p2p_predicted"] / r["p2p_measured"] - 1 if r["p2p_measured"] else 0.0
+            for key, e in (("allreduce", err), ("p2p", perr)):
+                hits[key][0] += abs(e) <= TOLERANCE
+                hits[key][1] += 1
             body.append([r["method"], r["measured"] * 1e3, r["predicted"] * 1e3, f"{err:+.0%}",
                          "yes" if abs(err) <= TOLERANCE else "no", r["wire"] * 1e3, r["codec"] * 1e3,
                          r["p2p_measured"] * 1e3, r["p2p_predicted"] * 1e3, f"{perr:+.0%}"])
         out.append(markdown(["method", "allreduce measured ms", "predicted ms", "error",
                              f"within {TOLERANCE:.0%}", "pred. wire ms", "pred. codec ms",
                              "p2p measured ms", "p2p predicted ms", "p2p error"], body))
+    out.append(", ".join(f"{k}: {h} of {n} within {TOLERANCE:.0%}" for k, (h, n) in hits.items()))
     return "\n\n".join(out)
 
 
