@@ -130,13 +130,14 @@ class Reducers:
         from mpi4py import MPI
 
         from horovod_q8.collective import plan as P
+        from horovod_q8.collective.pieces import offsets
         from horovod_q8.formats import get
 
         comm, x = self.comm, self.x
         plan = P.make_plan(get(name), x.size, comm.Get_size(), comm.Get_rank(), shape=(x.size // 64, 64))
         sizes = plan.gathered_sizes
         gathered = np.empty(sum(sizes), np.uint8)
-        displs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int)
+        displs = offsets(sizes)[:-1]
         t = [time.perf_counter()]
         if plan.schedule == P.ALLGATHER:
             mine = P.encode_whole(plan, x)
@@ -151,8 +152,9 @@ class Reducers:
         recv_part = splits[plan.rank]
         received = np.empty(recv_part * plan.size, np.uint8)
         t.append(time.perf_counter())
-        comm.Alltoallv([send, (splits, np.concatenate([[0], np.cumsum(splits)[:-1]]).astype(int)), MPI.BYTE],
-                       [received, ([recv_part] * plan.size, [recv_part * r for r in range(plan.size)]), MPI.BYTE])
+        recv_counts = [recv_part] * plan.size
+        comm.Alltoallv([send, (splits, offsets(splits)[:-1]), MPI.BYTE],
+                       [received, (recv_counts, offsets(recv_counts)[:-1]), MPI.BYTE])
         t.append(time.perf_counter())
         reduced = P.reduce_chunk(plan, received)
         t.append(time.perf_counter())

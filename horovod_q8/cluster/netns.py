@@ -131,8 +131,9 @@ class Cluster:
     def up(self) -> "Cluster":
         """Make namespaces, links and qdiscs; on any failure undo what was made."""
         require_root()
+        present = set(existing_namespaces())
         clash = [n for n in [self.switch] + [self.namespace(i) for i in range(self.hosts)]
-                 if n in existing_namespaces()]
+                 if n in present]
         if clash:
             raise ClusterError(f"namespaces already exist: {clash}; `horovod-q8 cluster --cleanup`")
         try:

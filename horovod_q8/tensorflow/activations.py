@@ -71,6 +71,15 @@ def _encode_split(fmt, x: tf.Tensor, cuts, axis: int, direction: str, label: str
     return host_call(enc, [x, sizes], [tf.uint8, tf.int32], [(None,), (hvd.size(),)], label)
 
 
+def _decode_concat(fmt, buf, lengths, shape, axis: int) -> np.ndarray:
+    """Decode consecutive pieces shaped like `shape` but with `lengths[i]` along `axis`, and
+    concatenate them along that axis."""
+    dims = [int(d) for d in shape]
+    ax = axis % len(dims)
+    shapes = [tuple(dims[:ax] + [int(k)] + dims[ax + 1:]) for k in lengths]
+    return np.concatenate(P.decode_pieces(fmt, buf, shapes), axis=axis)
+
+
 def _reduce_scatter(fmt, dy, cuts, axis: int, v: tf.Tensor, shape: tf.Tensor, name):
     """The backward of an allgather: this rank's piece of dy summed over ranks (in rank order)."""
     buf, splits = _encode_split(fmt, tf.cast(dy, tf.float32), cuts, axis, "backward",
@@ -93,12 +102,8 @@ def gather_rows(x: tf.Tensor, compression="q8", name: Optional[str] = None):
     def op(v):
         shape = tf.shape(v)
         gathered = hvd.allgather(_encode_whole(fmt, v, "q8act_encode"), name=nm("allgather"))
-
-        def dec(g, c, shp):
-            rest = tuple(int(d) for d in shp[1:])
-            return np.concatenate(P.decode_pieces(fmt, g, [(int(k),) + rest for k in c]), axis=0)
-        (y,) = host_call(dec, [gathered, counts, shape], [tf.float32], [(None, *v.shape[1:])],
-                         "q8act_decode")
+        (y,) = host_call(lambda g, c, shp: _decode_concat(fmt, g, c, shp, 0), [gathered, counts, shape],
+                         [tf.float32], [(None, *v.shape[1:])], "q8act_decode")
 
         return y, lambda dy: _reduce_scatter(fmt, dy, counts, 0, v, shape, nm("reduce_scatter"))
 
@@ -120,12 +125,8 @@ def gather_units(x: tf.Tensor, sizes: Sequence[int], compression="q8",
     def op(v):
         shape = tf.shape(v)
         gathered = hvd.allgather(_encode_whole(fmt, v, "q8act_encode"), name=nm("allgather"))
-
-        def dec(g, shp):
-            lead = tuple(int(d) for d in shp[:-1])
-            return np.concatenate(P.decode_pieces(fmt, g, [lead + (u,) for u in sizes]), axis=-1)
-        (y,) = host_call(dec, [gathered, shape], [tf.float32], [(*v.shape[:-1], sum(sizes))],
-                         "q8act_decode")
+        (y,) = host_call(lambda g, shp: _decode_concat(fmt, g, sizes, shp, -1), [gathered, shape],
+                         [tf.float32], [(*v.shape[:-1], sum(sizes))], "q8act_decode")
 
         return y, lambda dy: _reduce_scatter(fmt, dy, sizes, -1, v, shape, nm("reduce_scatter"))
 
@@ -151,8 +152,8 @@ def to_row_owners(x: tf.Tensor, counts: tf.Tensor, sizes: Sequence[int], compres
         received, _ = hvd.alltoall(buf, splits=splits, name=nm("alltoall"))
 
         def dec(r, c, shp):
-            lead = (int(c[rank]),) + tuple(int(d) for d in shp[1:-1])
-            return np.concatenate(P.decode_pieces(fmt, r, [lead + (u,) for u in sizes]), axis=-1)
+            mine = [int(c[rank]), *[int(d) for d in shp[1:]]]  # my rows of every rank's units
+            return _decode_concat(fmt, r, sizes, mine, -1)
         (y,) = host_call(dec, [received, counts, shape], [tf.float32],
                          [(None, *v.shape[1:-1], sum(sizes))], "q8act_decode")
 
@@ -160,11 +161,8 @@ def to_row_owners(x: tf.Tensor, counts: tf.Tensor, sizes: Sequence[int], compres
             buf, splits = _encode_split(fmt, tf.cast(dy, tf.float32), sizes, -1, "backward",
                                         "q8act_encode_grad")
             received, _ = hvd.alltoall(buf, splits=splits, name=nm("alltoall_grad"))
-
-            def dec_grad(r, c, shp):
-                rest = tuple(int(d) for d in shp[1:])
-                return np.concatenate(P.decode_pieces(fmt, r, [(int(k),) + rest for k in c]), axis=0)
-            (dx,) = host_call(dec_grad, [received, counts, shape], [tf.float32], [v.shape],
+            (dx,) = host_call(lambda r, c, shp: _decode_concat(fmt, r, c, shp, 0),
+                              [received, counts, shape], [tf.float32], [v.shape],
                               "q8act_decode_grad")
             return dx
         return y, grad

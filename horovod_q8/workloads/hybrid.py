@@ -30,9 +30,7 @@ independent dropout masks would make them differ.
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 from typing import List, Optional
 
 from horovod_q8.formats import COMPRESSION_NAMES, CODEBOOK, get
@@ -150,7 +148,7 @@ def run(args: argparse.Namespace) -> dict:
     from horovod_q8.tensorflow import compressor
     from horovod_q8.tensorflow.layers import data_parallel_variables
     from horovod_q8.tensorflow.traffic import bytes_per_step
-    from horovod_q8.workloads.train import _load, _threads
+    from horovod_q8.workloads.train import _load, _threads, publish_summary
 
     hvd.init()
     check_world_size(hvd.size())
@@ -224,13 +222,11 @@ def run(args: argparse.Namespace) -> dict:
         "parameters": int(sum(int(tf.size(v)) for v in model.trainable_variables)),
     }
     if hvd.rank() == 0:
-        print(f"SUMMARY compression={args.compression} activation_compression="
-              f"{args.activation_compression} ranks={hvd.size()} test_accuracy="
-              f"{summary['test_accuracy'] if not accs else round(accs[-1], 4)} wall_s={wall:.1f} "
-              f"activation_bytes_per_step={train_sent}", flush=True)
-        if args.results_json:
-            Path(args.results_json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.results_json).write_text(json.dumps(summary, indent=1))
+        publish_summary(
+            summary, f"compression={args.compression} activation_compression="
+            f"{args.activation_compression} ranks={hvd.size()} test_accuracy="
+            f"{summary['test_accuracy'] if not accs else round(accs[-1], 4)} wall_s={wall:.1f} "
+            f"activation_bytes_per_step={train_sent}", args.results_json)
     return summary
 
 

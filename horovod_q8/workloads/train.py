@@ -210,15 +210,21 @@ def run(args: argparse.Namespace) -> dict:
     }
     if hvd.rank() == 0:
         acc = summary["test_accuracy"]
-        print(f"SUMMARY compression={args.compression} fused={args.fused} ranks={hvd.size()} "
-              f"test_accuracy={acc if acc is None else round(acc, 4)} wall_s={wall:.1f} "
-              f"images_per_s={summary['images_per_s']:.0f} "
-              f"steady_images_per_s={summary['steady_images_per_s']:.1f} "
-              f"bytes_per_step={summary['bytes_per_step']:.0f}", flush=True)
-        if args.results_json:
-            Path(args.results_json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.results_json).write_text(json.dumps(summary, indent=1))
+        publish_summary(
+            summary, f"compression={args.compression} fused={args.fused} ranks={hvd.size()} "
+            f"test_accuracy={acc if acc is None else round(acc, 4)} wall_s={wall:.1f} "
+            f"images_per_s={summary['images_per_s']:.0f} "
+            f"steady_images_per_s={summary['steady_images_per_s']:.1f} "
+            f"bytes_per_step={summary['bytes_per_step']:.0f}", args.results_json)
     return summary
+
+
+def publish_summary(summary: dict, line: str, results_json: Optional[str]) -> None:
+    """Rank 0's ending: the SUMMARY line on stdout, the whole summary as JSON if asked."""
+    print(f"SUMMARY {line}", flush=True)
+    if results_json:
+        Path(results_json).parent.mkdir(parents=True, exist_ok=True)
+        Path(results_json).write_text(json.dumps(summary, indent=1))
 
 
 def main(argv: Optional[List[str]] = None) -> None:
