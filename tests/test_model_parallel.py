@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from horovod_q8 import codec
 from horovod_q8.collective import pieces as P
+from horovod_q8.formats import codebooks
 
 HERE = Path(__file__).parent / "parallel"
 REPO = Path(__file__).resolve().parent.parent
@@ -30,6 +32,58 @@ def test_pieces_round_trip_and_rank_order_sum(name, rng):
     tol = 0 if fmt is None else 0.3 if fmt.bits == 4 else 0.05
     for d, p in zip(decoded, parts):
         assert np.abs(d - p).max() <= tol * np.abs(p).max()
+
+
+def _max_gap(fmt) -> float:
+    t = codebooks.tables(fmt.codebook, fmt.bits)
+    return float(np.diff(t.values[: t.size]).max())
+
+
+@pytest.mark.parametrize("name", ACTIVATION_FORMATS.split(",")[1:])
+def test_non_negative_pieces_use_the_unsigned_codebook(name, rng):
+    """ReLU-like pieces: unsigned codebook (marked by negative scales), zeros exact, every
+    element within half the unsigned table's widest gap, over many draws and block counts."""
+    fmt = P.resolve(name)
+    ufmt = P.unsigned(fmt)
+    assert codebooks.tables(ufmt.codebook, ufmt.bits).values.min() == 0.0
+    for draw in range(20):
+        n = int(rng.integers(1, 5000))
+        x = np.maximum(rng.standard_normal(n), 0).astype(np.float32) * rng.lognormal(0, 1, n).astype(np.float32)
+        buf = P.encode(fmt, x)
+        assert buf.size == P.nbytes(fmt, n)
+        scales = buf[: 4 * fmt.n_blocks(n)].view(np.float32)
+        assert np.all(np.signbit(scales))
+        y = P.decode(fmt, buf, x.shape)
+        assert np.all(y >= 0) and np.all(y[x == 0] == 0)
+        b = fmt.block_for(n)
+        absmax = np.repeat(-scales, b)[:n]
+        assert np.all(np.abs(y - x) <= absmax * _max_gap(ufmt) / 2 * (1 + 1e-5))
+        assert buf[: 4 * fmt.n_blocks(n)].view(np.float32)[0] == scales[0]  # decode left buf alone
+
+
+@pytest.mark.parametrize("name", ["q8", "q8_linear", "q8_static_tree"])
+def test_unsigned_mode_halves_the_error_of_relu_outputs(name, rng):
+    fmt = P.resolve(name)
+    x = np.maximum(rng.standard_normal(100000), 0).astype(np.float32)
+    signed = codec.dequantize(codec.quantize(x, fmt), fmt, x.size)
+    unsigned = P.decode(fmt, P.encode(fmt, x), x.shape)
+    assert np.abs(unsigned - x).mean() < 0.6 * np.abs(signed - x).mean()
+
+
+def test_signed_or_non_finite_pieces_keep_the_signed_codebook():
+    fmt = P.resolve("q8")
+    for x, expect in [([-1.0, 2.0], None), ([np.nan, 1.0], "nan"), ([np.inf, 1.0], "nonfinite"),
+                      ([0.0, 0.0], "zeros")]:
+        x = np.array(x, np.float32)
+        buf = P.encode(fmt, x)
+        y = P.decode(fmt, buf, x.shape)
+        assert bool(np.signbit(buf[:4].view(np.float32)[0])) == (expect == "zeros")
+        if expect in ("nan", "nonfinite"):
+            assert not np.all(np.isfinite(y))
+        elif expect == "zeros":
+            np.testing.assert_array_equal(y, 0)
+        else:
+            assert y[0] < 0 < y[1]
 
 
 def test_uncompressed_bytes_are_the_float32_bytes(rng):

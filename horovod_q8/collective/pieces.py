@@ -5,15 +5,22 @@ moves these buffers through collectives that never add bytes. Each piece is enco
 own (its own block scales), so a receiver can decode any piece without the others. The
 format None is uncompressed float32 (its bytes are the float32 bytes), so "none" takes the
 same code path and is exact.
+
+A piece with no negative value (a ReLU output) is sent in the unsigned variant of its
+codebook (`codebooks.UNSIGNED_SUFFIX`: the sign bit becomes one more bit of precision, half
+the error for the same bytes). The sign bit of its float32 block scales, which are never
+negative otherwise, tells the receiver so.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional, Sequence, Union
 
 import numpy as np
 
 from horovod_q8 import codec, formats
 from horovod_q8.formats import CODEBOOK, Format
+from horovod_q8.formats.codebooks import UNSIGNED_SUFFIX
 
 UNCOMPRESSED = "none"
 
@@ -40,6 +47,19 @@ def nbytes(fmt: Optional[Format], n: int) -> int:
     return 4 * int(n) if fmt is None else fmt.nbytes(int(n))
 
 
+_SIGN = np.uint32(0x80000000)
+
+
+def unsigned(fmt: Format) -> Format:
+    """The same format with the unsigned variant of its codebook."""
+    return replace(fmt, codebook=fmt.codebook + UNSIGNED_SUFFIX)
+
+
+def _non_negative(flat: np.ndarray) -> bool:
+    """Every value finite and >= 0 (NaN and Inf keep the signed path, which propagates them)."""
+    return bool(flat.min() >= 0) and bool(np.isfinite(flat.max()))
+
+
 def encode(fmt: Optional[Format], x) -> np.ndarray:
     """One piece (any shape) as a uint8 buffer of nbytes(fmt, x.size)."""
     flat = codec.as_float32(x)
@@ -47,7 +67,11 @@ def encode(fmt: Optional[Format], x) -> np.ndarray:
         return flat.view(np.uint8).copy()
     if flat.size == 0:
         return np.empty(0, np.uint8)
-    return codec.quantize(flat, fmt)
+    if not _non_negative(flat):
+        return codec.quantize(flat, fmt)
+    buf = codec.quantize(flat, unsigned(fmt))
+    buf[: 4 * fmt.n_blocks(flat.size)].view(np.uint32)[:] |= _SIGN
+    return buf
 
 
 def decode(fmt: Optional[Format], buf, shape, out=None, accumulate: bool = False):
@@ -62,8 +86,14 @@ def decode(fmt: Optional[Format], buf, shape, out=None, accumulate: bool = False
         else:
             out[...] = values
         return out
-    if int(np.prod(shape, dtype=np.int64)) == 0:
+    n = int(np.prod(shape, dtype=np.int64))
+    if n == 0:
         return np.zeros(shape, np.float32) if out is None else out
+    scale_bytes = 4 * fmt.n_blocks(n)
+    if buf.size >= 4 and buf[:4].view(np.uint32)[0] & _SIGN:
+        buf = np.array(buf, np.uint8)  # our own copy: the received buffer may be read-only
+        buf[:scale_bytes].view(np.uint32)[:] &= ~_SIGN
+        fmt = unsigned(fmt)
     return codec.dequantize(buf, fmt, shape, out=out, accumulate=accumulate)
 
 

@@ -66,13 +66,56 @@ def q4_values() -> np.ndarray:
     return _normalise([nd.inv_cdf(0.5 + i / 7 * (0.5 - 1 / 32)) for i in range(1, 8)])
 
 
+def _normalise_unsigned(positive: list[float]) -> np.ndarray:
+    """Add 0 to positive magnitudes, scale so the largest value is 1, sort."""
+    pos = np.asarray(positive, dtype=np.float64)
+    return np.unique(np.concatenate([[0.0], pos / pos.max()]).astype(np.float32))
+
+
+# The unsigned variants, for blocks with no negative value (ReLU outputs): the sign bit
+# becomes one more bit of the same construction, so every code is a value >= 0.
+
+def linear_unsigned_values() -> np.ndarray:
+    """k/255 for k in 0..255."""
+    return _normalise_unsigned([k / 255 for k in range(1, 256)])
+
+
+def mantissa_unsigned_values() -> np.ndarray:
+    """3 exponent and 5 mantissa bits: 2**(e-7) * (1 + m/32), subnormals 2**-6 * m/32."""
+    pos = [2.0 ** -6 * m / 32 for m in range(1, 32)]
+    pos += [2.0 ** (e - 7) * (1 + m / 32) for e in range(1, 8) for m in range(32)]
+    return _normalise_unsigned(pos)
+
+
+def static_tree_unsigned_values() -> np.ndarray:
+    """3 exponent bits and 5 fraction bits; the smallest magnitude makes room for zero."""
+    return _normalise_unsigned(sorted(_tree(range(8), lambda z: 5))[1:])
+
+
+def dynamic_tree_unsigned_values() -> np.ndarray:
+    """z leading zeros, a 1 bit, then 7 - z fraction bits (z = 0..7)."""
+    return _normalise_unsigned(_tree(range(8), lambda z: 7 - z))
+
+
+def q4_unsigned_values() -> np.ndarray:
+    """0 and the half-normal quantiles Phi^-1(0.5 + i/15 * 15/32), i=1..15, normalised."""
+    nd = NormalDist()
+    return _normalise_unsigned([nd.inv_cdf(0.5 + i / 15 * (0.5 - 1 / 32)) for i in range(1, 16)])
+
+
 VALUE_TABLES = {
     "linear": linear_values,
     "mantissa": mantissa_values,
     "static_tree": static_tree_values,
     "dynamic_tree": dynamic_tree_values,
     "q4": q4_values,
+    "linear_unsigned": linear_unsigned_values,
+    "mantissa_unsigned": mantissa_unsigned_values,
+    "static_tree_unsigned": static_tree_unsigned_values,
+    "dynamic_tree_unsigned": dynamic_tree_unsigned_values,
+    "q4_unsigned": q4_unsigned_values,
 }
+UNSIGNED_SUFFIX = "_unsigned"
 
 
 @dataclass(frozen=True)
