@@ -91,7 +91,7 @@ def decode(fmt: Optional[Format], buf, shape, out=None, accumulate: bool = False
         return np.zeros(shape, np.float32) if out is None else out
     scale_bytes = 4 * fmt.n_blocks(n)
     if buf.size >= 4 and buf[:4].view(np.uint32)[0] & _SIGN:
-        buf = np.array(buf, np.uint8)  # our own copy: the received buffer may be read-only
+        buf = buf.copy()  # our own copy: the received buffer may be read-only
         buf[:scale_bytes].view(np.uint32)[:] &= ~_SIGN
         fmt = unsigned(fmt)
     return codec.dequantize(buf, fmt, shape, out=out, accumulate=accumulate)

@@ -97,10 +97,13 @@ def _encode(x, fmt: Format, residual, seed: int, error_feedback: bool, out=None)
     return buf
 
 
-def encode_chunks(plan: Plan, flat, residual=None, seed: int = 0, error_feedback: bool = False):
-    """Step 1 of two-phase: one buffer holding every rank's chunk, quantized, in rank order."""
+def encode_chunks(plan: Plan, flat, residual=None, seed: int = 0, error_feedback: bool = False,
+                  out=None):
+    """Step 1 of two-phase: one buffer holding every rank's chunk, quantized, in rank order.
+    out: a uint8 buffer of sum(plan.send_splits) bytes to reuse (allocated when None)."""
     xp = _xp(flat)
-    out = xp.empty(sum(plan.send_splits), dtype=xp.uint8)
+    if out is None:
+        out = xp.empty(sum(plan.send_splits), dtype=xp.uint8)
     offset = 0
     for r in range(plan.size):
         s, e = plan.bounds(r)
@@ -111,35 +114,40 @@ def encode_chunks(plan: Plan, flat, residual=None, seed: int = 0, error_feedback
     return out
 
 
-def sum_received(plan: Plan, received, n_chunk: int):
-    """float32 sum of the N quantized copies of one chunk, added in rank order."""
+def sum_received(plan: Plan, received, n_chunk: int, out=None):
+    """float32 sum of the N quantized copies of one chunk, added in rank order (into `out`,
+    a float32 buffer of n_chunk elements to reuse, when given)."""
     xp = _xp(received)
     be = backends.for_array(received)
     part = plan.fmt.nbytes(n_chunk)
-    total = xp.zeros(n_chunk, dtype=xp.float32)
-    for r in range(plan.size):
-        be.decode(received[r * part: (r + 1) * part], plan.fmt, n_chunk, out=total, accumulate=True)
+    total = xp.empty(n_chunk, dtype=xp.float32) if out is None else out
+    for r in range(plan.size):  # rank 0's copy overwrites, the others add: no zeroing pass
+        be.decode(received[r * part: (r + 1) * part], plan.fmt, n_chunk, out=total, accumulate=r > 0)
     return total
 
 
-def reduce_chunk(plan: Plan, received, residual=None, seed: int = 0, error_feedback: bool = False):
+def reduce_chunk(plan: Plan, received, residual=None, seed: int = 0, error_feedback: bool = False,
+                 work=None, out=None):
     """Step 2 of two-phase: sum my chunk from every rank, re-quantize it.
 
     Threshold formats quantize the mean (their levels are per-rank gradient sized) and the
     receiver multiplies by N again; the residual here is this rank's server-side one.
+    work (float32, my chunk's length) and out (uint8, its encoded size): buffers to reuse.
     """
     n_chunk = plan.chunk_len(plan.rank)
-    total = sum_received(plan, received, n_chunk)
+    total = sum_received(plan, received, n_chunk, out=work)
     if plan.fmt.uses_residual:
         total /= plan.size
-    return _encode(total, plan.fmt, residual, seed, error_feedback)
+    return _encode(total, plan.fmt, residual, seed, error_feedback, out=out)
 
 
-def decode_gathered(plan: Plan, gathered):
-    """Step 3 of two-phase: every chunk's quantized sum, dequantized into the flat sum."""
+def decode_gathered(plan: Plan, gathered, out=None):
+    """Step 3 of two-phase: every chunk's quantized sum, dequantized into the flat sum
+    (into `out`, a float32 buffer of plan.n elements to reuse, when given)."""
     xp = _xp(gathered)
     be = backends.for_array(gathered)
-    out = xp.empty(plan.n, dtype=xp.float32)
+    if out is None:
+        out = xp.empty(plan.n, dtype=xp.float32)
     offset = 0
     for r in range(plan.size):
         s, e = plan.bounds(r)
@@ -151,14 +159,15 @@ def decode_gathered(plan: Plan, gathered):
     return out
 
 
-def encode_whole(plan: Plan, flat, residual=None, seed: int = 0, error_feedback: bool = False):
-    """Allgather schedule, step 1: the whole tensor quantized once."""
-    return _encode(flat, plan.fmt, residual, seed, error_feedback)
+def encode_whole(plan: Plan, flat, residual=None, seed: int = 0, error_feedback: bool = False,
+                 out=None):
+    """Allgather schedule, step 1: the whole tensor quantized once (into `out` when given)."""
+    return _encode(flat, plan.fmt, residual, seed, error_feedback, out=out)
 
 
-def sum_gathered(plan: Plan, gathered):
+def sum_gathered(plan: Plan, gathered, out=None):
     """Allgather schedule, step 2: dequantize every rank's copy and add them in rank order."""
-    return sum_received(plan, gathered, plan.n)
+    return sum_received(plan, gathered, plan.n, out=out)
 
 
 def make_plan(fmt: Format, n: int, size: int, rank: int, schedule: str = "auto",

@@ -1,6 +1,6 @@
 """The model against the emulated cluster: predict each `bench transfer` allreduce and p2p
 transfer from that run's independent measurements only (ping-pong latency, the bandwidth of
-links loaded both ways, codec rates timed alone), then put prediction and measurement side by side.
+links loaded both ways, codec, copy and add rates timed alone), then put prediction and measurement side by side.
 
     python -m horovod_q8.speedup.emulated docs/runs/cluster/transfer_*.json
 """
@@ -29,12 +29,12 @@ def compare(report: dict) -> List[dict]:
     bw = link.get("ring_bandwidth_Bps", link["bandwidth_Bps"])
     rows = []
     for method, m in report["methods"].items():
-        rates = dict(encode_rate=m["encode_rate"], decode_rate=m["decode_rate"])
+        rates = {k: m[k] for k in ("encode_rate", "decode_rate", "reduce_rate", "copy_rate") if k in m}
         pred = allreduce_time(method, n, ranks, alpha=alpha, bandwidth=bw, **rates)
         p2p = (alpha + _bytes_p2p(method, n) / link["bandwidth_Bps"]
                + (0.0 if method == "none" else n / m["encode_rate"] + n / m["decode_rate"]))
         rows.append(dict(method=method, ranks=ranks, measured=m["total"], predicted=pred["total"],
-                         wire=pred["wire"] + pred["latency"], codec=pred["codec"],
+                         wire=pred["wire"] + pred["latency"], codec=pred["codec"], memory=pred["memory"],
                          p2p_measured=m.get("p2p", 0.0), p2p_predicted=p2p))
     return rows
 
@@ -57,9 +57,10 @@ def table(paths: Sequence[str]) -> str:
                 hits[key][1] += 1
             body.append([r["method"], r["measured"] * 1e3, r["predicted"] * 1e3, f"{err:+.0%}",
                          "yes" if abs(err) <= TOLERANCE else "no", r["wire"] * 1e3, r["codec"] * 1e3,
+                         r["memory"] * 1e3,
                          r["p2p_measured"] * 1e3, r["p2p_predicted"] * 1e3, f"{perr:+.0%}"])
         out.append(markdown(["method", "allreduce measured ms", "predicted ms", "error",
-                             f"within {TOLERANCE:.0%}", "pred. wire ms", "pred. codec ms",
+                             f"within {TOLERANCE:.0%}", "pred. wire ms", "pred. codec ms", "pred. memory ms",
                              "p2p measured ms", "p2p predicted ms", "p2p error"], body))
     out.append(", ".join(f"{k}: {h} of {n} within {TOLERANCE:.0%}" for k, (h, n) in hits.items()))
     return "\n\n".join(out)

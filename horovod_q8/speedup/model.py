@@ -95,7 +95,7 @@ def _ring(n: int, bpe: int, t: _Topo) -> dict:
     bw, a = t.edge
     per_edge = 2 * (p - 1) / p * s
     return dict(wire=per_edge / bw, latency=2 * (p - 1) * a, enc=n if bpe == 2 else 0,
-                dec=n if bpe == 2 else 0, bytes_per_rank=round(per_edge),
+                dec=n if bpe == 2 else 0, red=(p - 1) / p * n, copy=n, bytes_per_rank=round(per_edge),
                 nic_bytes=round(per_edge) if t.nodes > 1 else 0)
 
 
@@ -108,6 +108,7 @@ def _hier_ring(n: int, bpe: int, t: _Topo) -> dict:
     return dict(wire=local / t.intra.bandwidth + nic / t.inter.bandwidth,
                 latency=2 * (g - 1) * t.intra.alpha + 2 * (nn - 1) * t.inter.alpha,
                 enc=n if bpe == 2 else 0, dec=n if bpe == 2 else 0,
+                red=(g - 1) / g * n + (nn - 1) / nn * n / g, copy=n,
                 bytes_per_rank=round(local + nic / g), nic_bytes=round(nic))
 
 
@@ -156,14 +157,18 @@ def _hier_two_phase(fmt, n: int, t: _Topo) -> dict:
 
 def allreduce_time(method: str, elements: int, ranks: int, *, alpha: float, bandwidth: float,
                    encode_rate: float = math.inf, decode_rate: float = math.inf,
+                   reduce_rate: float = math.inf, copy_rate: float = math.inf,
                    schedule: str = "auto", gpus_per_node: int = 1,
                    intra_bandwidth: Optional[float] = None, intra_alpha: Optional[float] = None) -> dict:
     """Predicted time of one allreduce (sum) of `elements` float32 values over `ranks` ranks.
 
     bandwidth: bytes/s per host link, each direction; alpha: seconds per message; rates:
-    elements/s. intra_*: the link between GPUs of one node (default: the same as the host's).
-    Returns total, wire, latency and codec seconds, bytes_per_rank (all links), nic_bytes (out
-    of one node's NIC) and the schedule used.
+    elements/s. reduce_rate and copy_rate: the memory work of Horovod's/MPI's own ring for
+    fp32/fp16, (P-1)/P n additions and one copy of the input into the output buffer (free by
+    default, as on a GPU next to the wire; the q-formats' reduction is in decode_rate).
+    intra_*: the link between GPUs of one node (default: the same as the host's).
+    Returns total, wire, latency, codec and memory seconds, bytes_per_rank (all links),
+    nic_bytes (out of one node's NIC) and the schedule used.
     """
     m = canonical(method)
     inter = Link("inter", bandwidth, alpha)
@@ -172,15 +177,17 @@ def allreduce_time(method: str, elements: int, ranks: int, *, alpha: float, band
     sched = resolve_schedule(m, schedule, t.ranks)
     n = int(elements)
     if t.ranks == 1 or n == 0:
-        return dict(total=0.0, wire=0.0, latency=0.0, codec=0.0, bytes_per_rank=0, nic_bytes=0,
-                    schedule=sched)
+        return dict(total=0.0, wire=0.0, latency=0.0, codec=0.0, memory=0.0, bytes_per_rank=0,
+                    nic_bytes=0, schedule=sched)
     if m in UNCOMPRESSED:
         r = (_ring if sched == RING else _hier_ring)(n, UNCOMPRESSED[m], t)
     else:
         fmt = get(m)
         r = {TWO_PHASE: _two_phase, ALLGATHER: _allgather, HIERARCHICAL: _hier_two_phase}[sched](fmt, n, t)
     codec = _div(r.pop("enc"), encode_rate) + _div(r.pop("dec"), decode_rate)
-    return dict(total=r["wire"] + r["latency"] + codec, codec=codec, schedule=sched, **r)
+    memory = _div(r.pop("red", 0), reduce_rate) + _div(r.pop("copy", 0), copy_rate)
+    return dict(total=r["wire"] + r["latency"] + codec + memory, codec=codec, memory=memory,
+                schedule=sched, **r)
 
 
 def buckets(sizes_forward: Sequence[int], bytes_per_element: int,
