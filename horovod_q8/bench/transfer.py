@@ -184,28 +184,37 @@ class Reducers:
                 "wire": (t[2] - t[1]) + (t[4] - t[3])}
 
 
-def p2p(comm, x: np.ndarray, name: str) -> Dict[str, float]:
-    """Rank 0 compresses and sends the whole gradient; rank 1 receives and decompresses."""
+def p2p(comm, x: np.ndarray, name: str, buffer: Callable) -> Dict[str, float]:
+    """Rank 0 compresses and sends the whole gradient; rank 1 receives and decompresses,
+    into buffers from `buffer(key, size, dtype)` that persist across repeats."""
     from horovod_q8 import codec
+    from horovod_q8.backends import cpu
+    from horovod_q8.formats import get
 
     rank = comm.Get_rank()
     t0 = time.perf_counter()
     if name in ("none", "fp16"):
         dtype = np.float32 if name == "none" else np.float16
         if rank == 0:
-            comm.Send(x.astype(dtype, copy=False).view(np.uint8), 1)
+            if name == "none":
+                comm.Send(x.view(np.uint8), 1)
+            else:
+                half = buffer("p2p_half", x.size, dtype)
+                np.copyto(half, x, casting="unsafe")
+                comm.Send(half.view(np.uint8), 1)
         elif rank == 1:
-            buf = np.empty(x.size, dtype)
+            buf = buffer("p2p_recv", x.size, dtype)
             comm.Recv(buf.view(np.uint8), 0)
-            buf.astype(np.float32)
+            if name == "fp16":
+                np.copyto(buffer("p2p_out", x.size, np.float32), buf)
     else:
-        n = codec.nbytes(name, x.shape)
+        fmt = get(name).for_shape(x.shape)
+        buf = buffer("p2p_codes", codec.nbytes(name, x.shape), np.uint8)
         if rank == 0:
-            comm.Send(codec.quantize(x, name), 1)
+            comm.Send(cpu.encode(x, fmt, out=buf), 1)
         elif rank == 1:
-            buf = np.empty(n, np.uint8)
             comm.Recv(buf, 0)
-            codec.dequantize(buf, name, x.shape)
+            cpu.decode(buf, fmt, x.size, out=buffer("p2p_out", x.size, np.float32))
     return {"p2p": time.perf_counter() - t0}
 
 
@@ -274,7 +283,7 @@ def run(args: argparse.Namespace) -> dict:
         err = float(np.abs(reducers.result - exact).max() / np.abs(exact).max())
         row.update(rel_max_error=err, identical=identical_on_every_rank(comm, reducers.result))
         if size >= 2:
-            row["p2p"] = _median(lambda n=name: p2p(comm, x, n), comm, args.repeats)["p2p"]
+            row["p2p"] = _median(lambda n=name: p2p(comm, x, n, reducers.buffer), comm, args.repeats)["p2p"]
         row.update(codec_rates(comm, x, name, args.repeats))
         report["methods"][name] = row
     if rank == 0:
