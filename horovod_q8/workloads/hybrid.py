@@ -50,6 +50,8 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
     p.add_argument("--batch-size", type=int, default=64, help="per rank")
     p.add_argument("--lr", type=float, default=0.02, help="per rank; scaled by the number of ranks")
     p.add_argument("--warmup-epochs", type=float, default=1.0, help="linear LR warm-up")
+    p.add_argument("--lr-decay", default="none", choices=("none", "linear"),
+                   help="after warm-up: constant LR, or linear decay to 0 at the last step")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-dir", default=None, help="MNIST-format IDX folder; default: Keras download")
     p.add_argument("--synthetic", action="store_true", help="random data of MNIST's shape")
@@ -123,17 +125,23 @@ def activation_bytes_per_step(model, batch: int, ranks: int, rank: int, fmt) -> 
     return total + sum(P.to_row_owners_bytes(fmt, counts, model.fc2.sizes, rank))
 
 
-def warmup_schedule(lr: float, steps: int):
-    """Linear learning-rate warm-up to `lr` over `steps` steps, then constant."""
+def lr_schedule(lr: float, warmup_steps: int, total_steps: int = 0):
+    """Linear warm-up to `lr` over warmup_steps; then constant, or (total_steps > 0) a linear
+    decay reaching 0 after total_steps, which keeps the last steps' noise out of the result."""
     import tensorflow as tf
 
-    class Warmup(tf.keras.optimizers.schedules.LearningRateSchedule):
+    class WarmupDecay(tf.keras.optimizers.schedules.LearningRateSchedule):
         def __call__(self, step):
-            return lr * tf.minimum(1.0, tf.cast(step + 1, tf.float32) / float(max(steps, 1)))
+            s = tf.cast(step + 1, tf.float32)
+            rate = lr * tf.minimum(1.0, s / float(max(warmup_steps, 1)))
+            if total_steps > warmup_steps:
+                left = (float(total_steps) - s + 1) / float(total_steps - warmup_steps)
+                rate *= tf.clip_by_value(left, 0.0, 1.0)
+            return rate
 
         def get_config(self):
-            return {"lr": lr, "steps": steps}
-    return Warmup()
+            return {"lr": lr, "warmup_steps": warmup_steps, "total_steps": total_steps}
+    return WarmupDecay()
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -165,7 +173,8 @@ def run(args: argparse.Namespace) -> dict:
     x0, _ = next(iter(train))
     model(x0)  # builds every rank's weights from the same seed: conv replicas start equal
     comp = compressor(args.compression)
-    opt = tf.keras.optimizers.SGD(warmup_schedule(args.lr * hvd.size(), int(args.warmup_epochs * steps)),
+    total = args.epochs * steps if args.lr_decay == "linear" else 0
+    opt = tf.keras.optimizers.SGD(lr_schedule(args.lr * hvd.size(), int(args.warmup_epochs * steps), total),
                                   momentum=0.9)
     hvd.broadcast_variables(data_parallel_variables(model), root_rank=0)
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -213,6 +222,7 @@ def run(args: argparse.Namespace) -> dict:
         "dataset": "mnist", "model": "hybrid", "compression": args.compression,
         "activation_compression": args.activation_compression, "fused": args.fused,
         "ranks": hvd.size(), "seed": args.seed, "epochs": args.epochs, "steps_per_epoch": steps,
+        "lr_decay": args.lr_decay, "warmup_epochs": args.warmup_epochs,
         "batch_size": args.batch_size, "fc_units": args.fc_units,
         "test_accuracy": accs[-1] if accs else None,
         "val_accuracy_per_epoch": accs, "loss_per_epoch": losses, "wall_s": wall,
