@@ -219,36 +219,50 @@ def p2p(comm, x: np.ndarray, name: str, buffer: Callable) -> Dict[str, float]:
 
 
 def codec_rates(comm, x: np.ndarray, name: str, repeats: int) -> Dict[str, float]:
-    """Encode/decode elements per second, all ranks coding at once (as in the allreduce),
-    into buffers reused across calls. Decoding adds into a float32 sum, as the reduction does."""
+    """Elements per second, into buffers reused across calls, in the concurrency of each use:
+    encode_rate and decode_rate (decoding adds into a float32 sum) with every rank coding at
+    once, as in the allreduce; *_alone with one rank coding while the others wait, as in the
+    p2p transfer (rank 0 encodes, rank 1 decodes without adding)."""
     from horovod_q8.backends import cpu
     from horovod_q8.formats import get
 
-    if name in ("none", "fp16"):
-        return _uncompressed_rates(comm, x, name, repeats)
-    fmt = get(name).for_shape((x.size // 64, 64))
-    buf, total = cpu.encode(x, fmt), np.zeros_like(x)  # reused, as in the allreduce
-    enc = _median(lambda: {"t": _timed(lambda: cpu.encode(x, fmt, out=buf))}, comm, repeats)["t"]
-    dec = _median(lambda: {"t": _timed(lambda: cpu.decode(buf, fmt, x.size, out=total,
-                                                           accumulate=True))}, comm, repeats)["t"]
-    return {"encode_rate": x.size / enc, "decode_rate": x.size / dec}
+    n = x.size
+    if name == "none":
+        return dict(_uncompressed_rates(comm, x, name, repeats), encode_rate=float("inf"),
+                    decode_rate=float("inf"), encode_rate_alone=float("inf"),
+                    decode_rate_alone=float("inf"))
+    if name == "fp16":
+        half, f32 = x.astype(np.float16), np.empty_like(x)
+        encode = lambda: np.copyto(half, x, casting="unsafe")  # noqa: E731
+        decode = add = lambda: np.copyto(f32, half)  # noqa: E731
+        out = _uncompressed_rates(comm, x, name, repeats)
+    else:
+        fmt = get(name).for_shape((n // 64, 64))
+        buf, total = cpu.encode(x, fmt), np.zeros_like(x)
+        encode = lambda: cpu.encode(x, fmt, out=buf)  # noqa: E731
+        decode = lambda: cpu.decode(buf, fmt, n, out=total)  # noqa: E731
+        add = lambda: cpu.decode(buf, fmt, n, out=total, accumulate=True)  # noqa: E731
+        out = {}
+    return dict(out, encode_rate=n / _time(comm, encode, repeats),
+                decode_rate=n / _time(comm, add, repeats),
+                encode_rate_alone=n / _time(comm, encode, repeats, only=0),
+                decode_rate_alone=n / _time(comm, decode, repeats, only=1 % comm.Get_size()))
+
+
+def _time(comm, fn: Callable, repeats: int, only: Optional[int] = None) -> float:
+    """Median seconds of fn on every rank at once (the slowest rank), or on rank `only` alone."""
+    rank = comm.Get_rank()
+    return _median(lambda: {"t": _timed(fn) if only is None or rank == only else 0.0}, comm, repeats)["t"]
 
 
 def _uncompressed_rates(comm, x: np.ndarray, name: str, repeats: int) -> Dict[str, float]:
     """What MPI's ring does besides the wire, in elements/s with all ranks at once: copy the
     input into the output buffer (copy_rate) and add a received chunk into it (reduce_rate,
-    float32 adds, or NumPy float16 adds as the fp16 sum op does); fp16 also casts both ways."""
+    float32 adds, or NumPy float16 adds as the fp16 sum op does)."""
     dtype = np.float32 if name == "none" else np.float16
     a, b = x.astype(dtype), np.ones(x.size, dtype)
-    out = {"copy_rate": x.size / _median(lambda: {"t": _timed(lambda: np.copyto(b, a))}, comm, repeats)["t"],
-           "reduce_rate": x.size / _median(lambda: {"t": _timed(lambda: np.add(b, a, out=b))}, comm,
-                                           repeats)["t"]}
-    if name == "none":
-        return dict(out, encode_rate=float("inf"), decode_rate=float("inf"))
-    f32 = np.empty_like(x)
-    enc = _median(lambda: {"t": _timed(lambda: np.copyto(b, x, casting="unsafe"))}, comm, repeats)["t"]
-    dec = _median(lambda: {"t": _timed(lambda: np.copyto(f32, a))}, comm, repeats)["t"]
-    return dict(out, encode_rate=x.size / enc, decode_rate=x.size / dec)
+    return {"copy_rate": x.size / _time(comm, lambda: np.copyto(b, a), repeats),
+            "reduce_rate": x.size / _time(comm, lambda: np.add(b, a, out=b), repeats)}
 
 
 def _timed(fn) -> float:

@@ -1,6 +1,7 @@
 """The model against the emulated cluster: predict each `bench transfer` allreduce and p2p
 transfer from that run's independent measurements only (ping-pong latency, the bandwidth of
-links loaded both ways, codec, copy and add rates timed alone), then put prediction and measurement side by side.
+links loaded both ways, codec, copy and add rates timed on their own, with every rank at once
+for the allreduce and with one rank for the p2p transfer), then put prediction and measurement side by side.
 
     python -m horovod_q8.speedup.emulated docs/runs/cluster/transfer_*.json
 """
@@ -31,8 +32,10 @@ def compare(report: dict) -> List[dict]:
     for method, m in report["methods"].items():
         rates = {k: m[k] for k in ("encode_rate", "decode_rate", "reduce_rate", "copy_rate") if k in m}
         pred = allreduce_time(method, n, ranks, alpha=alpha, bandwidth=bw, **rates)
+        # p2p: one rank encodes, one decodes, the others wait: the rates of a lone rank
+        enc, dec = m.get("encode_rate_alone", m["encode_rate"]), m.get("decode_rate_alone", m["decode_rate"])
         p2p = (alpha + _bytes_p2p(method, n) / link["bandwidth_Bps"]
-               + (0.0 if method == "none" else n / m["encode_rate"] + n / m["decode_rate"]))
+               + (0.0 if method == "none" else n / enc + n / dec))
         rows.append(dict(method=method, ranks=ranks, measured=m["total"], predicted=pred["total"],
                          wire=pred["wire"] + pred["latency"], codec=pred["codec"], memory=pred["memory"],
                          p2p_measured=m.get("p2p", 0.0), p2p_predicted=p2p))
