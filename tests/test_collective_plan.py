@@ -91,3 +91,26 @@ def test_codebook_error_feedback_carries_what_was_dropped(rng):
         x_total += x
     # the running total is off by one residual only, not by 20 steps of rounding
     assert np.abs(sent_total - x_total).max() <= np.abs(residual).max() + 1e-4
+
+
+@pytest.mark.parametrize("name", ["q8", "q4_threshold"])
+def test_reused_buffers_give_the_same_bits(name, rng):
+    """out= / work= buffers holding garbage from an earlier call change nothing."""
+    n_ranks, n = 3, 5003
+    xs = [rng.standard_normal(n).astype(np.float32) for _ in range(n_ranks)]
+    fresh, plans = run_allreduce(xs, get(name), "two_phase")
+    p = plans[0]
+    mine = p.chunk_len(0)
+    send = np.full(sum(p.send_splits), 0xAB, np.uint8)
+    work, red = np.full(mine, np.nan, np.float32), np.full(p.fmt.nbytes(mine), 7, np.uint8)
+    out = np.full(n, np.inf, np.float32)
+    sends = [P.encode_chunks(q, x, out=send.copy() if q.rank else send) for q, x in zip(plans, xs)]
+    offsets = [np.concatenate([[0], np.cumsum(q.send_splits)]) for q in plans]
+    received = np.concatenate([sends[src][offsets[src][0]: offsets[src][1]] for src in range(n_ranks)])
+    reduced = P.reduce_chunk(p, received, work=work, out=red)
+    assert reduced is red
+    others = [P.reduce_chunk(q, np.concatenate([sends[s][offsets[s][q.rank]: offsets[s][q.rank + 1]]
+                                               for s in range(n_ranks)])) for q in plans[1:]]
+    total = P.decode_gathered(p, np.concatenate([reduced, *others]), out=out)
+    assert total is out
+    np.testing.assert_array_equal(total, fresh[0])

@@ -22,6 +22,16 @@ def test_ring_bytes_latency_and_fp16_codec():
     assert h["bytes_per_rank"] == 3000 and h["codec"] == pytest.approx(2.0)  # cast there and back
 
 
+def test_memory_term_of_mpis_ring():
+    """fp32 ring: one copy of n plus (P-1)/P n adds; the q-formats' sum is in their codec."""
+    r = allreduce_time("fp32", 1000, 4, alpha=0.0, bandwidth=1e12, reduce_rate=1000.0, copy_rate=2000.0)
+    assert r["memory"] == pytest.approx(1000 / 2000 + 0.75 * 1000 / 1000)
+    assert r["total"] == pytest.approx(r["wire"] + r["memory"])
+    assert allreduce_time("fp32", 1000, 4, alpha=0.0, bandwidth=1e9)["memory"] == 0.0
+    q8 = allreduce_time("q8", 4096, 4, alpha=0.0, bandwidth=1e9, reduce_rate=1.0, copy_rate=1.0)
+    assert q8["memory"] == 0.0
+
+
 def test_two_phase_bytes_and_codec_count():
     # q8, blocks of 1024: 4 chunks of 1024 elements, each 4 bytes of scale + 1024 codes.
     r = allreduce_time("q8", 4096, 4, alpha=0.5, bandwidth=1028.0, encode_rate=1024, decode_rate=1024)
