@@ -189,3 +189,15 @@ def test_cpu_backend_matches_reference_bytes(name, kw, rng):
         ya = q.dequantize(a, fmt, n, backend="reference")
         yb = q.dequantize(a, fmt, n, backend="cpu")
         assert np.array_equal(ya, yb, equal_nan=True)
+
+
+@pytest.mark.parametrize("name", [n for n in codebooks.VALUE_TABLES if n.endswith(codebooks.UNSIGNED_SUFFIX)])
+def test_unsigned_tables_fill_every_code_with_a_non_negative_value(name):
+    """The sign bit becomes a precision bit: 2**bits distinct values in [0, 1], with 0 and 1."""
+    bits = 4 if name.startswith("q4") else 8
+    t = codebooks.tables(name, bits)
+    values = t.values[: t.size]
+    assert t.size == 2 ** bits and values[0] == 0.0 and values[-1] == 1.0
+    assert np.all(np.diff(values) > 0)
+    signed = codebooks.tables(name[: -len(codebooks.UNSIGNED_SUFFIX)], bits)
+    assert np.diff(values).max() <= np.diff(signed.values[: signed.size]).max()
