@@ -187,7 +187,6 @@ class Reducers:
 def p2p(comm, x: np.ndarray, name: str, buffer: Callable) -> Dict[str, float]:
     """Rank 0 compresses and sends the whole gradient; rank 1 receives and decompresses,
     into buffers from `buffer(key, size, dtype)` that persist across repeats."""
-    from horovod_q8 import codec
     from horovod_q8.backends import cpu
     from horovod_q8.formats import get
 
@@ -209,7 +208,7 @@ def p2p(comm, x: np.ndarray, name: str, buffer: Callable) -> Dict[str, float]:
                 np.copyto(buffer("p2p_out", x.size, np.float32), buf)
     else:
         fmt = get(name).for_shape(x.shape)
-        buf = buffer("p2p_codes", codec.nbytes(name, x.shape), np.uint8)
+        buf = buffer("p2p_codes", fmt.nbytes(x.size), np.uint8)
         if rank == 0:
             comm.Send(cpu.encode(x, fmt, out=buf), 1)
         elif rank == 1:

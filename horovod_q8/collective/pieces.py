@@ -123,9 +123,9 @@ def sum_pieces(fmt: Optional[Format], buf, shape: tuple, count: int) -> np.ndarr
     size = nbytes(fmt, int(np.prod(shape, dtype=np.int64)))
     if buf.size != count * size:
         raise ValueError(f"{label(fmt)}: {buf.size} bytes is not {count} pieces of shape {shape}")
-    total = np.zeros(shape, np.float32)
-    for r in range(count):
-        decode(fmt, buf[r * size: (r + 1) * size], shape, out=total, accumulate=True)
+    total = np.empty(shape, np.float32) if count else np.zeros(shape, np.float32)
+    for r in range(count):  # the first piece overwrites, the others add (as plan.sum_received)
+        decode(fmt, buf[r * size: (r + 1) * size], shape, out=total, accumulate=r > 0)
     return total
 
 
