@@ -4,8 +4,10 @@ data-transfer measurement and the numbers the speedup model needs.
 - link: latency alpha (half a small ping-pong) and bandwidth beta (a large one-way send);
 - codec: encode and decode rates (elements/s) with every rank coding at once;
 - p2p: rank 0 compresses the gradient, sends it, rank 1 decompresses (Dettmers' transfer);
-- allreduce: the whole reduction, phases timed: MPI's own allreduce for fp32, fp16 with a
-  float16 sum; horovod_q8's schedule for the compressed formats (codes are never summed).
+- allreduce: the whole reduction, phases timed. fp32 twice: OpenMPI's MPI_Allreduce (`none`)
+  and the same ring in mpi4py over reused buffers (`none_ring`); fp16 as Horovod's fp16
+  compression does it (cast, ring with float16 sums taken in float32, cast back) at F16C-like
+  speed; horovod_q8's schedule for the compressed formats (codes are never summed).
 """
 from __future__ import annotations
 
@@ -17,7 +19,11 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-DEFAULT = "none,fp16,q8,q8_linear,q4,q4_threshold,twobit"
+from horovod_q8.backends import half
+from horovod_q8.bench.ring import ring_allreduce
+
+DEFAULT = "none,none_ring,fp16,q8,q8_linear,q4,q4_threshold,twobit"
+UNCOMPRESSED = ("none", "none_ring", "fp16")
 
 
 def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
@@ -49,7 +55,7 @@ def _median(fn: Callable[[], Dict[str, float]], comm, repeats: int) -> Dict[str,
 def measure_link(comm, sizes=(8, 1 << 20, 16 << 20), repeats: int = 20) -> Dict[str, float]:
     """Ping-pong between ranks 0 and 1: alpha from the smallest message, beta from the largest."""
     rank = comm.Get_rank()
-    half = {}
+    half_rtt = {}
     for n in sizes:
         buf = np.zeros(n, np.uint8)
         times = []
@@ -63,38 +69,32 @@ def measure_link(comm, sizes=(8, 1 << 20, 16 << 20), repeats: int = 20) -> Dict[
                 comm.Recv(buf, 0)
                 comm.Send(buf, 0)
             times.append((time.perf_counter() - t) / 2)
-        half[n] = float(np.median(times))
-    half = comm.bcast(half, root=0)
-    alpha = half[sizes[0]]
+        half_rtt[n] = float(np.median(times))
+    half_rtt = comm.bcast(half_rtt, root=0)
+    alpha = half_rtt[sizes[0]]
     big = sizes[-1]
-    return {"alpha_s": alpha, "bandwidth_Bps": big / max(half[big] - alpha, 1e-12),
+    return {"alpha_s": alpha, "bandwidth_Bps": big / max(half_rtt[big] - alpha, 1e-12),
             "ring_bandwidth_Bps": ring_bandwidth(comm, big),
-            "half_rtt_s": {str(k): v for k, v in half.items()}}
+            "ring_pass_bandwidth_Bps": ring_bandwidth(comm, big, steps=2 * (comm.Get_size() - 1)),
+            "half_rtt_s": {str(k): v for k, v in half_rtt.items()}}
 
 
-def ring_bandwidth(comm, n: int, repeats: int = 3) -> float:
+def ring_bandwidth(comm, n: int, repeats: int = 3, steps: int = 1) -> float:
     """Bytes/s per link when every rank sends n bytes to the next while receiving from the
-    previous: links loaded in both directions at once, as in a collective."""
+    previous, `steps` times back to back: links loaded in both directions at once, as in a
+    collective; with steps = 2(P-1), each step also waits for the slowest neighbour's
+    previous one, as the steps of a ring do."""
     rank, size = comm.Get_rank(), comm.Get_size()
     out, into = np.zeros(n, np.uint8), np.empty(n, np.uint8)
     times = []
     for _ in range(repeats):
         comm.Barrier()
         t = time.perf_counter()
-        comm.Sendrecv(out, (rank + 1) % size, recvbuf=into, source=(rank - 1) % size)
+        for _ in range(steps):
+            comm.Sendrecv(out, (rank + 1) % size, recvbuf=into, source=(rank - 1) % size)
         comm.Barrier()
         times.append(time.perf_counter() - t)
-    return n / float(np.median(times))
-
-
-def _fp16_sum_op():
-    from mpi4py import MPI
-
-    def add(inbuf, inoutbuf, datatype):
-        a = np.frombuffer(inbuf, np.float16)
-        b = np.frombuffer(inoutbuf, np.float16)
-        np.add(b, a, out=b)
-    return MPI.Op.Create(add, commute=True)
+    return steps * n / float(np.median(times))
 
 
 class Reducers:
@@ -107,7 +107,6 @@ class Reducers:
     def __init__(self, comm, x: np.ndarray):
         self.comm, self.x = comm, x
         self.result: Optional[np.ndarray] = None
-        self._fp16 = None
         self._buffers: Dict[tuple, np.ndarray] = {}
 
     def buffer(self, key: str, size: int, dtype) -> np.ndarray:
@@ -125,21 +124,31 @@ class Reducers:
         self.result = out
         return {"wire": time.perf_counter() - t}
 
-    def fp16(self) -> Dict[str, float]:
-        from mpi4py import MPI
-        self._fp16 = self._fp16 or _fp16_sum_op()
+    def none_ring(self) -> Dict[str, float]:
+        """fp32: OpenMPI's algorithm in mpi4py, the input copied into the output first."""
         n = self.x.size
-        h, out = self.buffer("half", n, np.float16), self.buffer("half_out", n, np.float16)
-        result = self.buffer("out", n, np.float32)
+        out = self.buffer("out", n, np.float32)
+        t = time.perf_counter()
+        np.copyto(out, self.x)
+        copy = time.perf_counter() - t
+        wire, adds = ring_allreduce(self.comm, out, self.buffer("ring_recv", -(-n // self.comm.Get_size()),
+                                                                 np.float32), _add_float32)
+        self.result = out
+        return {"wire": wire, "memory": copy + adds}
+
+    def fp16(self) -> Dict[str, float]:
+        """Horovod's fp16: cast to float16, ring with float16 sums, cast back."""
+        n = self.x.size
+        h, result = self.buffer("half", n, np.float16), self.buffer("out", n, np.float32)
         t0 = time.perf_counter()
-        np.copyto(h, self.x, casting="unsafe")
+        half.to_half(self.x, out=h)
         t1 = time.perf_counter()
-        self.comm.Allreduce([h, MPI.SHORT], [out, MPI.SHORT], op=self._fp16)
+        wire, adds = ring_allreduce(self.comm, h, self.buffer("half_recv", -(-n // self.comm.Get_size()),
+                                                              np.float16), half.add_into)
         t2 = time.perf_counter()
-        np.copyto(result, out)
+        half.to_float(h, out=result)
         self.result = result
-        t3 = time.perf_counter()
-        return {"codec": (t1 - t0) + (t3 - t2), "wire": t2 - t1}
+        return {"codec": (t1 - t0) + (time.perf_counter() - t2), "wire": wire, "memory": adds}
 
     def compressed(self, name: str) -> Dict[str, float]:
         from mpi4py import MPI
@@ -192,20 +201,18 @@ def p2p(comm, x: np.ndarray, name: str, buffer: Callable) -> Dict[str, float]:
 
     rank = comm.Get_rank()
     t0 = time.perf_counter()
-    if name in ("none", "fp16"):
-        dtype = np.float32 if name == "none" else np.float16
+    if name in UNCOMPRESSED:
+        dtype = np.float16 if name == "fp16" else np.float32
         if rank == 0:
-            if name == "none":
+            if dtype == np.float32:
                 comm.Send(x.view(np.uint8), 1)
             else:
-                half = buffer("p2p_half", x.size, dtype)
-                np.copyto(half, x, casting="unsafe")
-                comm.Send(half.view(np.uint8), 1)
+                comm.Send(half.to_half(x, out=buffer("p2p_half", x.size, dtype)).view(np.uint8), 1)
         elif rank == 1:
             buf = buffer("p2p_recv", x.size, dtype)
             comm.Recv(buf.view(np.uint8), 0)
             if name == "fp16":
-                np.copyto(buffer("p2p_out", x.size, np.float32), buf)
+                half.to_float(buf, out=buffer("p2p_out", x.size, np.float32))
     else:
         fmt = get(name).for_shape(x.shape)
         buf = buffer("p2p_codes", fmt.nbytes(x.size), np.uint8)
@@ -226,14 +233,14 @@ def codec_rates(comm, x: np.ndarray, name: str, repeats: int) -> Dict[str, float
     from horovod_q8.formats import get
 
     n = x.size
-    if name == "none":
+    if name in ("none", "none_ring"):
         return dict(_uncompressed_rates(comm, x, name, repeats), encode_rate=float("inf"),
                     decode_rate=float("inf"), encode_rate_alone=float("inf"),
                     decode_rate_alone=float("inf"))
     if name == "fp16":
-        half, f32 = x.astype(np.float16), np.empty_like(x)
-        encode = lambda: np.copyto(half, x, casting="unsafe")  # noqa: E731
-        decode = add = lambda: np.copyto(f32, half)  # noqa: E731
+        h, f32 = half.to_half(x), np.empty_like(x)
+        encode = lambda: half.to_half(x, out=h)  # noqa: E731
+        decode = add = lambda: half.to_float(h, out=f32)  # noqa: E731
         out = _uncompressed_rates(comm, x, name, repeats)
     else:
         fmt = get(name).for_shape((n // 64, 64))
@@ -255,13 +262,20 @@ def _time(comm, fn: Callable, repeats: int, only: Optional[int] = None) -> float
 
 
 def _uncompressed_rates(comm, x: np.ndarray, name: str, repeats: int) -> Dict[str, float]:
-    """What MPI's ring does besides the wire, in elements/s with all ranks at once: copy the
-    input into the output buffer (copy_rate) and add a received chunk into it (reduce_rate,
-    float32 adds, or NumPy float16 adds as the fp16 sum op does)."""
-    dtype = np.float32 if name == "none" else np.float16
-    a, b = x.astype(dtype), np.ones(x.size, dtype)
-    return {"copy_rate": x.size / _time(comm, lambda: np.copyto(b, a), repeats),
-            "reduce_rate": x.size / _time(comm, lambda: np.add(b, a, out=b), repeats)}
+    """What a ring does besides the wire, in elements/s with all ranks at once: add a received
+    segment into the sum (reduce_rate: float32 adds, or float16 adds taken in float32) and, for
+    fp32, copy the input into the output buffer (copy_rate; fp16's cast writes its buffer)."""
+    if name == "fp16":
+        a = half.to_half(x)
+        b = a.copy()
+        return {"reduce_rate": x.size / _time(comm, lambda: half.add_into(a, b), repeats)}
+    b = np.ones_like(x)
+    return {"copy_rate": x.size / _time(comm, lambda: np.copyto(b, x), repeats),
+            "reduce_rate": x.size / _time(comm, lambda: _add_float32(x, b), repeats)}
+
+
+def _add_float32(received: np.ndarray, into: np.ndarray) -> None:
+    np.add(into, received, out=into)
 
 
 def _timed(fn) -> float:
@@ -291,7 +305,7 @@ def run(args: argparse.Namespace) -> dict:
         report["link"] = measure_link(comm)
     reducers = Reducers(comm, x)
     for name in names:
-        fn = getattr(reducers, name) if name in ("none", "fp16") else (lambda n=name: reducers.compressed(n))
+        fn = getattr(reducers, name) if name in UNCOMPRESSED else (lambda n=name: reducers.compressed(n))
         row = _median(fn, comm, args.repeats)
         err = float(np.abs(reducers.result - exact).max() / np.abs(exact).max())
         row.update(rel_max_error=err, identical=identical_on_every_rank(comm, reducers.result))
@@ -309,7 +323,9 @@ def run(args: argparse.Namespace) -> dict:
 
 def _print(report: dict, markdown) -> None:
     m = report["methods"]
-    base, half = m.get("none"), m.get("fp16")
+    fp32 = [m[k] for k in ("none", "none_ring") if k in m]
+    base = min(fp32, key=lambda r: r["total"]) if fp32 else None  # the best fp32 configuration
+    fp16 = m.get("fp16")
     print(f"# transfer benchmark: {report['ranks']} ranks, {report['elements']} float32 elements\n"
           f"machine: {report['machine']}")
     if "link" in report:
@@ -317,11 +333,12 @@ def _print(report: dict, markdown) -> None:
         print(f"link: alpha {link['alpha_s'] * 1e6:.0f} us, bandwidth "
               f"{link['bandwidth_Bps'] * 8 / 1e9:.3f} Gbit/s (ping-pong ranks 0-1), "
               f"{link['ring_bandwidth_Bps'] * 8 / 1e9:.3f} Gbit/s per link with every rank "
-              f"sending and receiving\n")
+              f"sending and receiving, {link['ring_pass_bandwidth_Bps'] * 8 / 1e9:.3f} over "
+              f"{2 * (report['ranks'] - 1)} such steps back to back\n")
     rows = []
     for name, r in m.items():
         rows.append([name, r["total"] * 1e3, r.get("wire", 0) * 1e3, r.get("codec", 0) * 1e3,
-                     base["total"] / r["total"] if base else "", half["total"] / r["total"] if half else "",
+                     base["total"] / r["total"] if base else "", fp16["total"] / r["total"] if fp16 else "",
                      r.get("p2p", 0) * 1e3, base["p2p"] / r["p2p"] if base and "p2p" in r else "",
                      r["rel_max_error"], "yes" if r["identical"] else "NO"])
     print(markdown(["method", "allreduce ms", "wire ms", "codec ms", "vs fp32", "vs fp16",
