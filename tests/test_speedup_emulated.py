@@ -42,3 +42,12 @@ def test_table_names_each_run(tmp_path):
     path.write_text(json.dumps(report(4)))
     text = emulated.table([str(path)])
     assert "transfer_4x1gbit: 4 hosts" in text and "| q8 |" in text
+
+
+def test_mpi4py_ring_is_predicted_as_the_same_ring():
+    r = report(4)
+    r["methods"]["none_ring"] = dict(r["methods"]["none"])
+    rows = {row["method"]: row for row in emulated.compare(r)}
+    n = 1_000_000
+    assert rows["none_ring"]["predicted"] == rows["none"]["predicted"]
+    assert rows["none_ring"]["p2p_predicted"] == pytest.approx(1e-4 + 4 * n / 1e8)

@@ -229,8 +229,9 @@ def decode(codes, n, block, scales, has_scales, table, bits, out, accumulate):
 
 
 _KERNELS = (block_scale_bits, encode_codebook, encode_threshold, decode)
-SERIAL = {f.__name__: njit(cache=True)(f) for f in _KERNELS}
-PARALLEL = {f.__name__: njit(cache=True, parallel=True)(f) for f in _KERNELS}
+# nogil: TensorFlow may run two host calls (pieces of one pipelined tensor) at once
+SERIAL = {f.__name__: njit(cache=True, nogil=True)(f) for f in _KERNELS}
+PARALLEL = {f.__name__: njit(cache=True, parallel=True, nogil=True)(f) for f in _KERNELS}
 PARALLEL_MIN = 1 << 18  # elements
 
 

@@ -18,6 +18,9 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--resnet50", action="store_true", help="also ResNet-50's gradient list")
     p.add_argument("--no-sizes", action="store_true", help="skip the single-tensor sizes")
+    p.add_argument("--pipeline-elements", default="0",
+                   help="comma list; each q-format runs once per value (0: whole tensor), "
+                        "labelled e.g. q8/p4194304")
     return p
 
 
@@ -25,6 +28,10 @@ def resnet50_shapes() -> List[tuple]:
     import tensorflow as tf
     m = tf.keras.applications.ResNet50(weights=None)
     return [tuple(v.shape) for v in m.trainable_variables]
+
+
+def label(name: str, pipeline_elements: int) -> str:
+    return f"{name}/p{pipeline_elements}" if pipeline_elements else name
 
 
 def run(args: argparse.Namespace) -> None:
@@ -37,7 +44,9 @@ def run(args: argparse.Namespace) -> None:
     from horovod_q8.tensorflow.traffic import bytes_per_step
 
     hvd.init()
-    names = args.compressions.split(",")
+    pipelines = [int(v) for v in args.pipeline_elements.split(",")]
+    names = [(name, p) for name in args.compressions.split(",")
+             for p in ([0] if name in ("none", "fp16") else pipelines)]
     rank0 = hvd.rank() == 0
     if rank0:
         print(f"# allreduce benchmark: {hvd.size()} ranks, {machine()}\n", flush=True)
@@ -58,11 +67,11 @@ def run(args: argparse.Namespace) -> None:
             n = int(mb * 2 ** 20 / 4)
             x = tf.constant(np.random.default_rng(hvd.rank()).standard_normal(n).astype(np.float32))
             results = {}
-            for name in names:
-                comp = compressor(name)
+            for name, pipe in names:
+                comp = compressor(name, pipeline_elements=pipe) if pipe else compressor(name)
                 f = tf.function(lambda t, c=comp: hvd.allreduce(t, compression=c, name=f"b{mb}"))
                 t = timeit(lambda: f(x).numpy(), args.repeats)
-                results[name] = (t, bytes_per_step([(n,)], comp, hvd.size()))
+                results[label(name, pipe)] = (t, bytes_per_step([(n,)], comp, hvd.size()))
             report(f"one tensor of {mb:g} MB ({n} float32)", results)
 
     if args.resnet50:
@@ -71,14 +80,14 @@ def run(args: argparse.Namespace) -> None:
                  for i, s in enumerate(shapes)]
         for fused in (False, True):
             results = {}
-            for name in names:
-                comp = compressor(name)
+            for name, pipe in names:
+                comp = compressor(name, pipeline_elements=pipe) if pipe else compressor(name)
                 if fused and name not in ("none", "fp16"):
                     fn = make_fused_allreduce_grads_fn(f"r50{name}", comp, False, hvd.Average, 1.0)
                 else:
                     fn = tf.function(lambda gs, c=comp: [hvd.allreduce(g, compression=c) for g in gs])
                 t = timeit(lambda: [g.numpy() for g in fn(grads)], args.repeats)
-                results[name] = (t, bytes_per_step(shapes, comp, hvd.size(), fused=fused))
+                results[label(name, pipe)] = (t, bytes_per_step(shapes, comp, hvd.size(), fused=fused))
             n = sum(int(np.prod(s)) for s in shapes)
             report(f"ResNet-50 gradients ({len(shapes)} tensors, {n} float32), "
                    f"{'fused buckets (horovod_q8 optimizer)' if fused else 'per tensor (stock hvd.DistributedOptimizer path)'}",

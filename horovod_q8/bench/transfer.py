@@ -30,7 +30,9 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p = p or argparse.ArgumentParser(prog="horovod-q8 bench transfer", description=__doc__)
     p.add_argument("--elements", type=int, default=25_600_000, help="gradient size (ResNet-50: 25.6M)")
     p.add_argument("--compressions", default=DEFAULT)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=5, help="timed calls per measurement (median)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="measure everything this many times, methods interleaved; report medians")
     p.add_argument("--json", default=None, help="rank 0 writes every measurement here")
     return p
 
@@ -75,26 +77,22 @@ def measure_link(comm, sizes=(8, 1 << 20, 16 << 20), repeats: int = 20) -> Dict[
     big = sizes[-1]
     return {"alpha_s": alpha, "bandwidth_Bps": big / max(half_rtt[big] - alpha, 1e-12),
             "ring_bandwidth_Bps": ring_bandwidth(comm, big),
-            "ring_pass_bandwidth_Bps": ring_bandwidth(comm, big, steps=2 * (comm.Get_size() - 1)),
             "half_rtt_s": {str(k): v for k, v in half_rtt.items()}}
 
 
-def ring_bandwidth(comm, n: int, repeats: int = 3, steps: int = 1) -> float:
+def ring_bandwidth(comm, n: int, repeats: int = 5) -> float:
     """Bytes/s per link when every rank sends n bytes to the next while receiving from the
-    previous, `steps` times back to back: links loaded in both directions at once, as in a
-    collective; with steps = 2(P-1), each step also waits for the slowest neighbour's
-    previous one, as the steps of a ring do."""
+    previous: links loaded in both directions at once, as in a collective."""
     rank, size = comm.Get_rank(), comm.Get_size()
     out, into = np.zeros(n, np.uint8), np.empty(n, np.uint8)
     times = []
     for _ in range(repeats):
         comm.Barrier()
         t = time.perf_counter()
-        for _ in range(steps):
-            comm.Sendrecv(out, (rank + 1) % size, recvbuf=into, source=(rank - 1) % size)
+        comm.Sendrecv(out, (rank + 1) % size, recvbuf=into, source=(rank - 1) % size)
         comm.Barrier()
         times.append(time.perf_counter() - t)
-    return steps * n / float(np.median(times))
+    return n / float(np.median(times))
 
 
 class Reducers:
@@ -300,25 +298,46 @@ def run(args: argparse.Namespace) -> dict:
     exact = np.empty_like(x)
     comm.Allreduce(x, exact, op=MPI.SUM)
     names: List[str] = args.compressions.split(",")
-    report: dict = {"ranks": size, "elements": args.elements, "machine": machine(), "methods": {}}
-    if size >= 2:
-        report["link"] = measure_link(comm)
+    report: dict = {"ranks": size, "elements": args.elements, "machine": machine(), "methods": {},
+                    "rounds": args.rounds}
     reducers = Reducers(comm, x)
-    for name in names:
-        fn = getattr(reducers, name) if name in UNCOMPRESSED else (lambda n=name: reducers.compressed(n))
-        row = _median(fn, comm, args.repeats)
-        err = float(np.abs(reducers.result - exact).max() / np.abs(exact).max())
-        row.update(rel_max_error=err, identical=identical_on_every_rank(comm, reducers.result))
+    links, rows = [], {name: [] for name in names}
+    for _ in range(args.rounds):  # rounds interleave the methods: a slow spell hits them all
         if size >= 2:
-            row["p2p"] = _median(lambda n=name: p2p(comm, x, n, reducers.buffer), comm, args.repeats)["p2p"]
-        row.update(codec_rates(comm, x, name, args.repeats))
-        report["methods"][name] = row
+            links.append(measure_link(comm))
+        for name in names:
+            fn = getattr(reducers, name) if name in UNCOMPRESSED else (lambda n=name: reducers.compressed(n))
+            row = _median(fn, comm, args.repeats)
+            err = float(np.abs(reducers.result - exact).max() / np.abs(exact).max())
+            row.update(rel_max_error=err, identical=identical_on_every_rank(comm, reducers.result))
+            if size >= 2:
+                row["p2p"] = _median(lambda n=name: p2p(comm, x, n, reducers.buffer), comm, args.repeats)["p2p"]
+            row.update(codec_rates(comm, x, name, args.repeats))
+            rows[name].append(row)
+    if links:
+        report["link"] = median_of(links)
+    for name, runs in rows.items():
+        report["methods"][name] = dict(median_of(runs), identical=all(r["identical"] for r in runs),
+                                       total_by_round=[r["total"] for r in runs])
     if rank == 0:
         _print(report, markdown)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(report, f, indent=1)
     return report
+
+
+def median_of(runs: List[dict]) -> dict:
+    """Per key, the median over runs of numbers (recursing into dicts); other values from the first."""
+    out = {}
+    for k, v in runs[0].items():
+        if isinstance(v, dict):
+            out[k] = median_of([r[k] for r in runs])
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = float(np.median([r[k] for r in runs]))
+        else:
+            out[k] = v
+    return out
 
 
 def _print(report: dict, markdown) -> None:
@@ -333,8 +352,7 @@ def _print(report: dict, markdown) -> None:
         print(f"link: alpha {link['alpha_s'] * 1e6:.0f} us, bandwidth "
               f"{link['bandwidth_Bps'] * 8 / 1e9:.3f} Gbit/s (ping-pong ranks 0-1), "
               f"{link['ring_bandwidth_Bps'] * 8 / 1e9:.3f} Gbit/s per link with every rank "
-              f"sending and receiving, {link['ring_pass_bandwidth_Bps'] * 8 / 1e9:.3f} over "
-              f"{2 * (report['ranks'] - 1)} such steps back to back\n")
+              f"sending and receiving\n")
     rows = []
     for name, r in m.items():
         rows.append([name, r["total"] * 1e3, r.get("wire", 0) * 1e3, r.get("codec", 0) * 1e3,

@@ -27,8 +27,8 @@ def _bytes_p2p(method: str, n: int) -> int:
 
 
 def link_bandwidth(link: dict) -> float:
-    """Bytes/s per link for the collectives: the ring-pass figure when the run measured it."""
-    return link.get("ring_pass_bandwidth_Bps", link.get("ring_bandwidth_Bps", link["bandwidth_Bps"]))
+    """Bytes/s per link for the collectives: both directions loaded, when the run measured it."""
+    return link.get("ring_bandwidth_Bps", link["bandwidth_Bps"])
 
 
 def compare(report: dict) -> List[dict]:

@@ -37,7 +37,8 @@ class Q8Compressor:
     format: the data type (`horovod_q8.formats.get`). min_size: tensors with fewer elements
     go through Horovod uncompressed. error_feedback: keep what quantization dropped and add
     it next step (None: on for threshold formats). warmup_steps: first steps uncompressed.
-    schedule: "auto", "two_phase" or "allgather".
+    schedule: "auto", "two_phase" or "allgather". pipeline_elements: send a larger tensor as
+    pieces of this many elements, so one piece's codec overlaps another's transfer (0: whole).
     """
 
     format: formats.Format
@@ -45,12 +46,13 @@ class Q8Compressor:
     error_feedback: Optional[bool] = None
     warmup_steps: int = 0
     schedule: str = "auto"
+    pipeline_elements: int = 0
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        if self.min_size < 0 or self.warmup_steps < 0:
-            raise ValueError("min_size and warmup_steps must be >= 0")
+        if self.min_size < 0 or self.warmup_steps < 0 or self.pipeline_elements < 0:
+            raise ValueError("min_size, warmup_steps and pipeline_elements must be >= 0")
 
     @property
     def name(self) -> str:
@@ -138,7 +140,7 @@ def compressor(name: str = "q8", *, block_size: Optional[int] = None, rounding: 
                seed: Optional[int] = None, threshold: Optional[float] = None,
                levels: Optional[dict] = None, min_size: int = 1024,
                error_feedback: Optional[bool] = None, warmup_steps: int = 0,
-               schedule: str = "auto"):
+               schedule: str = "auto", pipeline_elements: int = 0):
     """A compressor for `hvd.DistributedOptimizer(..., compression=...)`.
 
     "none" and "fp16" return Horovod's own compressors, so one flag covers every choice.
@@ -150,5 +152,6 @@ def compressor(name: str = "q8", *, block_size: Optional[int] = None, rounding: 
     fmt = formats.get(name, block_size=block_size, rounding=rounding, seed=seed,
                       threshold=threshold, levels=levels)
     return Q8Compressor(fmt, min_size=min_size, error_feedback=error_feedback,
-                        warmup_steps=warmup_steps, schedule=schedule)
+                        warmup_steps=warmup_steps, schedule=schedule,
+                        pipeline_elements=pipeline_elements)
 

@@ -71,10 +71,32 @@ def check_codebook(name: str) -> None:
     print(f"{name}: budget, identical bits, Sum/Average/prescale/postscale, warm-up ok", flush=True)
 
 
-def check_threshold(name: str) -> None:
+def check_pipeline(name: str) -> None:
+    """A tensor sent as pieces (pipeline_elements): same budget, identical bits, Sum vs Average,
+    NaN/Inf kept in their own elements, and the same result whatever the piece boundaries hit."""
+    comp = compressor(name, pipeline_elements=1000)
+    for i, shape in enumerate([(10001,), (3, 3, 16, 33)]):
+        x = rank_data(shape, 20 + i)
+        y = reduce_fn(comp, op=hvd.Average)(x)
+        assert y.shape == x.shape and same_on_all_ranks(y), (name, shape)
+        assert rel_err(y, exact(x, op=hvd.Average)) < BUDGET[name], (name, shape)
+        np.testing.assert_allclose(reduce_fn(comp, op=hvd.Sum)(x).numpy(), N * y.numpy(), rtol=1e-5, atol=1e-6)
+    x = rank_data((5000,), 4).numpy()
+    if RANK == 0:
+        x[5] = np.nan
+    if RANK == N - 1:
+        x[4000] = np.inf
+    y = reduce_fn(comp, op=hvd.Average)(tf.constant(x)).numpy()
+    assert not np.isfinite(y[5]) and not np.isfinite(y[4000]), name
+    assert np.isfinite(y[1024:3500]).all(), name  # other pieces untouched
+    print(f"{name}: pipelined pieces: budget, identical bits, Sum/Average, NaN/Inf ok", flush=True)
+
+
+def check_threshold(name: str, pipeline_elements: int = 0) -> None:
     """Error feedback: with a constant gradient, the running mean of the results converges
-    to the exact average although each step sends only threshold levels."""
-    comp = compressor(name, threshold=0.05)
+    to the exact average although each step sends only threshold levels (also when the
+    tensor goes as pieces, each with its own residual)."""
+    comp = compressor(name, threshold=0.05, pipeline_elements=pipeline_elements)
     x = rank_data((64, 65), 7) * 0.01  # mostly below the top level, which clips
     ref = exact(x, op=hvd.Average).numpy()
     f = reduce_fn(comp, op=hvd.Average)
@@ -86,7 +108,8 @@ def check_threshold(name: str) -> None:
         total += y.numpy()
     err = rel_err(total / steps, ref)
     assert err < 0.1, (name, err)
-    print(f"{name}: error feedback converges (rel err of the mean {err:.3f}), identical bits", flush=True)
+    print(f"{name}: error feedback converges (rel err of the mean {err:.3f}), identical bits, "
+          f"pipeline_elements={pipeline_elements}", flush=True)
 
 
 def check_edges(name: str) -> None:
@@ -159,8 +182,10 @@ def main() -> None:
         if name in BUDGET:
             check_codebook(name)
             check_tape(name)
+            check_pipeline(name)
         else:
             check_threshold(name)
+            check_threshold(name, pipeline_elements=1000)
         check_edges(name)
     if RANK == 0:
         print("OK", flush=True)
