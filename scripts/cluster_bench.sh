@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 6's measurements on the emulated cluster (needs root), for each bandwidth in
 # $BANDWIDTHS (default "1gbit 10gbit"); sections (default all): 
-#   transfer   the transfer benchmark (mpi4py) on 4 and 2 hosts
+#   transfer   the transfer benchmark (mpi4py) on 4 and 2 hosts, $ROUNDS rounds (default 3)
 #   allreduce  Horovod's allreduce of a 25.6M-element gradient on 4 and 2 hosts
 #   train      ResNet-50 (32 px, batch 8, --synthetic) training throughput on 4 hosts per compression
 # Output: docs/runs/cluster/ (or $OUT). Every job holds /tmp/hq8-cpu.lock: nothing else timed runs.
@@ -12,6 +12,7 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$(bash "$REPO/scripts/setup.sh")"
 OUT="${OUT:-$REPO/docs/runs/cluster}"
 BANDWIDTHS="${BANDWIDTHS:-1gbit 10gbit}"
+ROUNDS="${ROUNDS:-3}"
 SECTIONS="${*:-transfer allreduce train}"
 mkdir -p "$OUT"
 HQ8="$VENV/bin/horovod-q8"
@@ -27,7 +28,8 @@ for bw in $BANDWIDTHS; do
     case $section in
       transfer)
         for hosts in 4 2; do
-          on "$hosts" "$bw" "transfer_${hosts}x$bw" -- horovod-q8 bench transfer --json "$OUT/transfer_${hosts}x$bw.json"
+          on "$hosts" "$bw" "transfer_${hosts}x$bw" -- horovod-q8 bench transfer --rounds "$ROUNDS" \
+            --json "$OUT/transfer_${hosts}x$bw.json"
         done;;
       allreduce)
         for hosts in 4 2; do

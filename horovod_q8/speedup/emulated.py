@@ -44,7 +44,9 @@ def compare(report: dict) -> List[dict]:
         enc, dec = m.get("encode_rate_alone", m["encode_rate"]), m.get("decode_rate_alone", m["decode_rate"])
         p2p = (alpha + _bytes_p2p(method, n) / link["bandwidth_Bps"]
                + (0.0 if method in MPI_RING or method == "none" else n / enc + n / dec))
+        rounds = m.get("total_by_round", [m["total"]])
         rows.append(dict(method=method, ranks=ranks, measured=m["total"], predicted=pred["total"],
+                         spread=(min(rounds), max(rounds)),
                          wire=pred["wire"] + pred["latency"], codec=pred["codec"], memory=pred["memory"],
                          p2p_measured=m.get("p2p", 0.0), p2p_predicted=p2p))
     return rows
@@ -58,7 +60,8 @@ def table(paths: Sequence[str]) -> str:
         rows = compare(report)
         gbit = link_bandwidth(report["link"]) * 8 / 1e9
         out.append(f"### {Path(path).stem}: {report['ranks']} hosts, {report['elements']} elements, "
-                   f"links {gbit:.2f} Gbit/s, alpha {report['link']['alpha_s'] * 1e6:.0f} us\n")
+                   f"links {gbit:.2f} Gbit/s, alpha {report['link']['alpha_s'] * 1e6:.0f} us, "
+                   f"medians of {report.get('rounds', 1)} round(s)\n")
         body = []
         for r in rows:
             err = r["predicted"] / r["measured"] - 1
@@ -66,11 +69,13 @@ def table(paths: Sequence[str]) -> str:
             for key, e in (("allreduce", err), ("p2p", perr)):
                 hits[key][0] += abs(e) <= TOLERANCE
                 hits[key][1] += 1
-            body.append([r["method"], r["measured"] * 1e3, r["predicted"] * 1e3, f"{err:+.0%}",
+            lo, hi = r["spread"]
+            body.append([r["method"], r["measured"] * 1e3, f"{lo * 1e3:.0f}-{hi * 1e3:.0f}",
+                         r["predicted"] * 1e3, f"{err:+.0%}",
                          "yes" if abs(err) <= TOLERANCE else "no", r["wire"] * 1e3, r["codec"] * 1e3,
                          r["memory"] * 1e3,
                          r["p2p_measured"] * 1e3, r["p2p_predicted"] * 1e3, f"{perr:+.0%}"])
-        out.append(markdown(["method", "allreduce measured ms", "predicted ms", "error",
+        out.append(markdown(["method", "allreduce measured ms", "rounds min-max", "predicted ms", "error",
                              f"within {TOLERANCE:.0%}", "pred. wire ms", "pred. codec ms", "pred. memory ms",
                              "p2p measured ms", "p2p predicted ms", "p2p error"], body))
     out.append(", ".join(f"{k}: {h} of {n} within {TOLERANCE:.0%}" for k, (h, n) in hits.items()))
