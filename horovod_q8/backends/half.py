@@ -108,12 +108,3 @@ def add_into(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     float16 sum op does."""
     _sum_into(a.view(np.uint16), b.view(np.uint16))
     return b
-
-
-def mpi_sum_op():
-    """An MPI float16 sum op (on 2-byte elements, e.g. MPI.SHORT) running `add_into`."""
-    from mpi4py import MPI
-
-    def add(inbuf, inoutbuf, datatype) -> None:
-        add_into(np.frombuffer(inbuf, np.float16), np.frombuffer(inoutbuf, np.float16))
-    return MPI.Op.Create(add, commute=True)

@@ -20,9 +20,11 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 
 from horovod_q8.backends import half
+from horovod_q8.bench.pipelined import Worker, pipelined_sum
 from horovod_q8.bench.ring import ring_allreduce
 
-DEFAULT = "none,none_ring,fp16,q8,q8_linear,q4,q4_threshold,twobit"
+DEFAULT = "none,none_ring,fp16,q8,q8/p,q8_linear,q4,q4/p,q4_threshold,twobit"
+PIPELINED = "/p"  # suffix: the format's schedule in pieces, codec overlapped with the wire
 UNCOMPRESSED = ("none", "none_ring", "fp16")
 
 
@@ -31,6 +33,8 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("--elements", type=int, default=25_600_000, help="gradient size (ResNet-50: 25.6M)")
     p.add_argument("--compressions", default=DEFAULT)
     p.add_argument("--repeats", type=int, default=5, help="timed calls per measurement (median)")
+    p.add_argument("--pipeline-elements", type=int, default=4 << 20,
+                   help="piece size of the pipelined methods (names ending in /p)")
     p.add_argument("--rounds", type=int, default=1,
                    help="measure everything this many times, methods interleaved; report medians")
     p.add_argument("--json", default=None, help="rank 0 writes every measurement here")
@@ -105,6 +109,7 @@ class Reducers:
     def __init__(self, comm, x: np.ndarray):
         self.comm, self.x = comm, x
         self.result: Optional[np.ndarray] = None
+        self._worker: Optional[Worker] = None
         self._buffers: Dict[tuple, np.ndarray] = {}
 
     def buffer(self, key: str, size: int, dtype) -> np.ndarray:
@@ -147,6 +152,13 @@ class Reducers:
         half.to_float(h, out=result)
         self.result = result
         return {"codec": (t1 - t0) + (time.perf_counter() - t2), "wire": wire, "memory": adds}
+
+    def pipelined(self, name: str, piece: int) -> Dict[str, float]:
+        """The compressed schedule in pieces, a codec thread next to the MPI thread."""
+        self._worker = self._worker or Worker()
+        phases = pipelined_sum(self.comm, self.x, name, piece, self.buffer, self._worker)
+        self.result = self.buffer("out", self.x.size, np.float32)
+        return phases
 
     def compressed(self, name: str) -> Dict[str, float]:
         from mpi4py import MPI
@@ -299,20 +311,31 @@ def run(args: argparse.Namespace) -> dict:
     comm.Allreduce(x, exact, op=MPI.SUM)
     names: List[str] = args.compressions.split(",")
     report: dict = {"ranks": size, "elements": args.elements, "machine": machine(), "methods": {},
-                    "rounds": args.rounds}
+                    "rounds": args.rounds, "pipeline_elements": args.pipeline_elements}
     reducers = Reducers(comm, x)
     links, rows = [], {name: [] for name in names}
     for _ in range(args.rounds):  # rounds interleave the methods: a slow spell hits them all
         if size >= 2:
             links.append(measure_link(comm))
         for name in names:
-            fn = getattr(reducers, name) if name in UNCOMPRESSED else (lambda n=name: reducers.compressed(n))
+            base = name[:-len(PIPELINED)] if name.endswith(PIPELINED) else name
+            if base != name:
+                fn = lambda b=base: reducers.pipelined(b, args.pipeline_elements)  # noqa: E731
+            elif name in UNCOMPRESSED:
+                fn = getattr(reducers, name)
+            else:
+                fn = lambda n=name: reducers.compressed(n)  # noqa: E731
             row = _median(fn, comm, args.repeats)
             err = float(np.abs(reducers.result - exact).max() / np.abs(exact).max())
             row.update(rel_max_error=err, identical=identical_on_every_rank(comm, reducers.result))
+            if base != name and rows.get(base):  # same codec and p2p as the whole-tensor schedule
+                row.update({k: v for k, v in rows[base][-1].items() if k == "p2p" or k.endswith("rate")
+                            or k.endswith("rate_alone")})
+                rows[name].append(row)
+                continue
             if size >= 2:
                 row["p2p"] = _median(lambda n=name: p2p(comm, x, n, reducers.buffer), comm, args.repeats)["p2p"]
-            row.update(codec_rates(comm, x, name, args.repeats))
+            row.update(codec_rates(comm, x, base, args.repeats))
             rows[name].append(row)
     if links:
         report["link"] = median_of(links)

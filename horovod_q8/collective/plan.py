@@ -12,7 +12,7 @@ only moves their uint8 results through collectives that never add bytes together
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
 
@@ -175,3 +175,12 @@ def make_plan(fmt: Format, n: int, size: int, rank: int, schedule: str = "auto",
     """The plan for an n-element tensor (shape picks a q4_threshold group)."""
     return Plan(fmt.for_shape(shape if shape is not None else (n,)), int(n), int(size), int(rank),
                 choose_schedule(schedule, size))
+
+
+def pipeline_parts(n: int, part: int, block: int) -> List[int]:
+    """Sizes of the pieces a tensor of n elements is cut into: `part` rounded up to whole
+    blocks, the rest last; one piece when part is 0 or n is not larger."""
+    if part <= 0 or n <= part:
+        return [n]
+    step = -(-part // block) * block
+    return [step] * (n // step) + ([n % step] if n % step else [])

@@ -9,20 +9,23 @@ from __future__ import annotations
 
 import argparse
 import json
+from math import inf
 from pathlib import Path
 from typing import List, Sequence
 
 from horovod_q8 import codec
 from horovod_q8.bench.common import markdown
-from horovod_q8.speedup.model import allreduce_time
+from horovod_q8.speedup.model import allreduce_time, pipelined_total
 
 TOLERANCE = 0.15
 
 
 MPI_RING = {"none_ring": "none"}  # bench names the model does not know: the same algorithm
+PIPELINED = "/p"  # bench suffix: the format's schedule in pieces, codec overlapped with the wire
 
 
 def _bytes_p2p(method: str, n: int) -> int:
+    method = method[:-len(PIPELINED)] if method.endswith(PIPELINED) else method
     return {"none": 4 * n, "none_ring": 4 * n, "fp16": 2 * n}.get(method) or codec.nbytes(method, (n,))
 
 
@@ -39,7 +42,11 @@ def compare(report: dict) -> List[dict]:
     rows = []
     for method, m in report["methods"].items():
         rates = {k: m[k] for k in ("encode_rate", "decode_rate", "reduce_rate", "copy_rate") if k in m}
-        pred = allreduce_time(MPI_RING.get(method, method), n, ranks, alpha=alpha, bandwidth=bw, **rates)
+        base = method[:-len(PIPELINED)] if method.endswith(PIPELINED) else method
+        pred = allreduce_time(MPI_RING.get(base, base), n, ranks, alpha=alpha, bandwidth=bw, **rates)
+        if base != method:
+            pred = dict(pred, total=pipelined_total(pred, n, report["pipeline_elements"],
+                                                    rates.get("encode_rate", inf), rates.get("decode_rate", inf)))
         # p2p: one rank encodes, one decodes, the others wait: the rates of a lone rank
         enc, dec = m.get("encode_rate_alone", m["encode_rate"]), m.get("decode_rate_alone", m["decode_rate"])
         p2p = (alpha + _bytes_p2p(method, n) / link["bandwidth_Bps"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import List, Optional
+from typing import Optional
 
 import horovod.tensorflow as hvd
 import numpy as np
@@ -73,15 +73,6 @@ def _call(fn, x, var, seed, out_len: int, label: str):
         return tf.identity(out)
 
 
-def pipeline_parts(n: int, part: int, block: int) -> List[int]:
-    """Sizes of the pieces a tensor of n elements is cut into: `part` rounded up to whole
-    blocks, the rest last; one piece when part is 0 or n is not larger."""
-    if part <= 0 or n <= part:
-        return [n]
-    step = -(-part // block) * block
-    return [step] * (n // step) + ([n % step] if n % step else [])
-
-
 def compressed_sum(owner, flat: tf.Tensor, shape, name: Optional[str], error_feedback: bool,
                    schedule: str, warmup_steps: int, base_seed: int) -> tf.Tensor:
     """The float32 sum over all ranks of `flat`, sent quantized with `owner.format`.
@@ -91,7 +82,7 @@ def compressed_sum(owner, flat: tf.Tensor, shape, name: Optional[str], error_fee
     piece's codec while Horovod's thread moves another's bytes.
     """
     n = int(flat.shape[0])
-    sizes = pipeline_parts(n, getattr(owner, "pipeline_elements", 0), owner.format.block_size or 1)
+    sizes = P.pipeline_parts(n, getattr(owner, "pipeline_elements", 0), owner.format.block_size or 1)
     if len(sizes) == 1:
         return _compressed_sum(owner, flat, shape, name, error_feedback, schedule, warmup_steps, base_seed)
     lead = (1,) * max(len(shape) - 1, 0)  # same rank, same layer group as the whole tensor
