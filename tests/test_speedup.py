@@ -159,3 +159,16 @@ def test_cli_smoke(tmp_path, capsys):
     rows = json.loads(js.read_text())["rows"]
     assert {r["method"] for r in rows} == {"fp32", "fp16", "q8", "q4", "twobit"}
     assert all(r["speedup"] == 1.0 for r in rows if r["gpus"] == 1)
+
+
+def test_pipelined_total_is_a_two_stage_pipeline():
+    from horovod_q8.speedup.model import pipelined_total
+    whole = dict(total=1.0, wire=0.5, latency=0.01, codec=0.4, memory=0.02)
+    n = 10_000_000
+    # 4 pieces, wire-bound: wire plus 4 pieces' latency, then a quarter of the codec
+    assert pipelined_total(whole, n, 2_500_000) == pytest.approx(0.54 + 0.4 / 4 + 0.02)
+    # codec-bound
+    assert pipelined_total(dict(whole, codec=0.9), n, 2_500_000) == pytest.approx(0.9 + 0.54 / 4 + 0.02)
+    # one piece (piece 0 or >= n): no overlap at all
+    for piece in (0, n, 2 * n):
+        assert pipelined_total(whole, n, piece) == pytest.approx(0.51 + 0.4 + 0.02)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from math import inf
 from pathlib import Path
 from typing import List, Sequence
 
@@ -45,8 +44,7 @@ def compare(report: dict) -> List[dict]:
         base = method[:-len(PIPELINED)] if method.endswith(PIPELINED) else method
         pred = allreduce_time(MPI_RING.get(base, base), n, ranks, alpha=alpha, bandwidth=bw, **rates)
         if base != method:
-            pred = dict(pred, total=pipelined_total(pred, n, report["pipeline_elements"],
-                                                    rates.get("encode_rate", inf), rates.get("decode_rate", inf)))
+            pred = dict(pred, total=pipelined_total(pred, n, report["pipeline_elements"]))
         # p2p: one rank encodes, one decodes, the others wait: the rates of a lone rank
         enc, dec = m.get("encode_rate_alone", m["encode_rate"]), m.get("decode_rate_alone", m["decode_rate"])
         p2p = (alpha + _bytes_p2p(method, n) / link["bandwidth_Bps"]

@@ -190,19 +190,17 @@ def allreduce_time(method: str, elements: int, ranks: int, *, alpha: float, band
                 schedule=sched, **r)
 
 
-def pipelined_total(whole: dict, elements: int, piece: int, encode_rate: float = math.inf,
-                    decode_rate: float = math.inf) -> float:
-    """Seconds of the allreduce `whole` (from allreduce_time) cut into pieces of `piece`
-    elements, one piece's codec overlapping another's transfer: the longer of wire and codec,
-    plus what cannot overlap (the first piece's encode, the last piece's decode), with the
-    per-message latency paid once per piece."""
+def pipelined_total(whole: dict, elements: int, piece: int) -> float:
+    """Seconds of the allreduce `whole` (from allreduce_time) cut into K pieces of `piece`
+    elements, one piece's codec overlapping another's transfer: a two-stage pipeline,
+    max(wire, codec) + min(wire, codec) / K, with the per-message latency paid per piece
+    (K = 1 gives wire + codec)."""
     n = int(elements)
     if n == 0 or whole["total"] == 0:
         return 0.0
-    m = min(int(piece), n) if piece > 0 else n
-    pieces = -(-n // m)
-    return (max(whole["wire"] + pieces * whole["latency"], whole["codec"])
-            + _div(m, encode_rate) + _div(m, decode_rate) + whole["memory"])
+    k = -(-n // int(piece)) if 0 < piece < n else 1
+    wire = whole["wire"] + k * whole["latency"]
+    return max(wire, whole["codec"]) + min(wire, whole["codec"]) / k + whole["memory"]
 
 
 def buckets(sizes_forward: Sequence[int], bytes_per_element: int,
