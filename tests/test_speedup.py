@@ -172,3 +172,15 @@ def test_pipelined_total_is_a_two_stage_pipeline():
     # one piece (piece 0 or >= n): no overlap at all
     for piece in (0, n, 2 * n):
         assert pipelined_total(whole, n, piece) == pytest.approx(0.51 + 0.4 + 0.02)
+
+
+def test_a_slower_alltoall_stretches_only_the_two_phase_first_step():
+    from horovod_q8.speedup.model import allreduce_time
+    n, p, bw = 8_000_000, 4, 1e8
+    base = allreduce_time("q8", n, p, alpha=0.0, bandwidth=bw)
+    slow = allreduce_time("q8", n, p, alpha=0.0, bandwidth=bw, alltoall_bandwidth=bw / 2)
+    chunk = get("q8").nbytes(n // p)
+    # the alltoall sends P-1 chunks per rank: twice as long; the allgather is unchanged
+    assert slow["wire"] - base["wire"] == pytest.approx((p - 1) * chunk / bw, rel=1e-6)
+    fp32 = allreduce_time("none", n, p, alpha=0.0, bandwidth=bw, alltoall_bandwidth=bw / 2)
+    assert fp32["wire"] == allreduce_time("none", n, p, alpha=0.0, bandwidth=bw)["wire"]

@@ -14,6 +14,7 @@ from typing import Callable, Dict
 
 import numpy as np
 
+from horovod_q8.bench.ring import ring_allgatherv
 from horovod_q8.collective import plan as P
 from horovod_q8.collective.pieces import offsets
 from horovod_q8.formats import get
@@ -73,7 +74,7 @@ def pipelined_sum(comm, x: np.ndarray, name: str, piece: int, buffer: Callable,
         codes = mine[k].result() if two_phase else mine[k]
         gathered = buffer(f"gathered{k}", sum(p.gathered_sizes), np.uint8)
         t = time.perf_counter()
-        comm.Allgatherv([codes, MPI.BYTE], [gathered, (p.gathered_sizes, offsets(p.gathered_sizes)[:-1]), MPI.BYTE])
+        ring_allgatherv(comm, codes, gathered, p.gathered_sizes)
         wire += time.perf_counter() - t
         decode = P.decode_gathered if two_phase else P.sum_gathered
         done.append(worker.submit(decode, p, gathered, out=out[starts[k]:starts[k] + p.n]))

@@ -21,7 +21,7 @@ import numpy as np
 
 from horovod_q8.backends import half
 from horovod_q8.bench.pipelined import Worker, pipelined_sum
-from horovod_q8.bench.ring import ring_allreduce
+from horovod_q8.bench.ring import ring_allgatherv, ring_allreduce
 
 DEFAULT = "none,none_ring,fp16,q8,q8/p,q8_linear,q4,q4/p,q4_threshold,twobit"
 PIPELINED = "/p"  # suffix: the format's schedule in pieces, codec overlapped with the wire
@@ -81,6 +81,7 @@ def measure_link(comm, sizes=(8, 1 << 20, 16 << 20), repeats: int = 20) -> Dict[
     big = sizes[-1]
     return {"alpha_s": alpha, "bandwidth_Bps": big / max(half_rtt[big] - alpha, 1e-12),
             "ring_bandwidth_Bps": ring_bandwidth(comm, big),
+            "alltoall_bandwidth_Bps": alltoall_bandwidth(comm, big),
             "half_rtt_s": {str(k): v for k, v in half_rtt.items()}}
 
 
@@ -97,6 +98,22 @@ def ring_bandwidth(comm, n: int, repeats: int = 5) -> float:
         comm.Barrier()
         times.append(time.perf_counter() - t)
     return n / float(np.median(times))
+
+
+def alltoall_bandwidth(comm, n: int, repeats: int = 5) -> float:
+    """Bytes/s each rank sends when every rank sends n bytes in all, split evenly over the
+    others, with MPI_Alltoall: the link under the two-phase schedule's first step."""
+    size = comm.Get_size()
+    per = max(n // max(size - 1, 1), 1)
+    out, into = np.zeros(per * size, np.uint8), np.empty(per * size, np.uint8)
+    times = []
+    for _ in range(repeats):
+        comm.Barrier()
+        t = time.perf_counter()
+        comm.Alltoall(out, into)
+        comm.Barrier()
+        times.append(time.perf_counter() - t)
+    return per * (size - 1) / float(np.median(times))
 
 
 class Reducers:
@@ -172,12 +189,11 @@ class Reducers:
         sizes = plan.gathered_sizes
         gathered = self.buffer("gathered", sum(sizes), np.uint8)
         result = self.buffer("out", x.size, np.float32)
-        displs = offsets(sizes)[:-1]
         t = [time.perf_counter()]
         if plan.schedule == P.ALLGATHER:
             mine = P.encode_whole(plan, x, out=self.buffer("send", plan.fmt.nbytes(x.size), np.uint8))
             t.append(time.perf_counter())
-            comm.Allgatherv([mine, MPI.BYTE], [gathered, (sizes, displs), MPI.BYTE])
+            ring_allgatherv(comm, mine, gathered, sizes)
             t.append(time.perf_counter())
             self.result = P.sum_gathered(plan, gathered, out=result)
             t.append(time.perf_counter())
@@ -195,7 +211,7 @@ class Reducers:
         reduced = P.reduce_chunk(plan, received, work=self.buffer("chunk", mine, np.float32),
                                  out=self.buffer("reduced", plan.fmt.nbytes(mine), np.uint8))
         t.append(time.perf_counter())
-        comm.Allgatherv([reduced, MPI.BYTE], [gathered, (sizes, displs), MPI.BYTE])
+        ring_allgatherv(comm, reduced, gathered, sizes)
         t.append(time.perf_counter())
         self.result = P.decode_gathered(plan, gathered, out=result)
         t.append(time.perf_counter())
@@ -375,7 +391,8 @@ def _print(report: dict, markdown) -> None:
         print(f"link: alpha {link['alpha_s'] * 1e6:.0f} us, bandwidth "
               f"{link['bandwidth_Bps'] * 8 / 1e9:.3f} Gbit/s (ping-pong ranks 0-1), "
               f"{link['ring_bandwidth_Bps'] * 8 / 1e9:.3f} Gbit/s per link with every rank "
-              f"sending and receiving\n")
+              f"sending and receiving, {link['alltoall_bandwidth_Bps'] * 8 / 1e9:.3f} in an "
+              f"alltoall\n")
     rows = []
     for name, r in m.items():
         rows.append([name, r["total"] * 1e3, r.get("wire", 0) * 1e3, r.get("codec", 0) * 1e3,

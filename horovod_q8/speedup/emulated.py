@@ -42,7 +42,8 @@ def compare(report: dict) -> List[dict]:
     for method, m in report["methods"].items():
         rates = {k: m[k] for k in ("encode_rate", "decode_rate", "reduce_rate", "copy_rate") if k in m}
         base = method[:-len(PIPELINED)] if method.endswith(PIPELINED) else method
-        pred = allreduce_time(MPI_RING.get(base, base), n, ranks, alpha=alpha, bandwidth=bw, **rates)
+        pred = allreduce_time(MPI_RING.get(base, base), n, ranks, alpha=alpha, bandwidth=bw,
+                              alltoall_bandwidth=link.get("alltoall_bandwidth_Bps"), **rates)
         if base != method:
             pred = dict(pred, total=pipelined_total(pred, n, report["pipeline_elements"]))
         # p2p: one rank encodes, one decodes, the others wait: the rates of a lone rank

@@ -72,6 +72,7 @@ class _Topo:
     nodes: int
     inter: Link
     intra: Link
+    alltoall_efficiency: float = 1.0  # share of the link rate an all-to-all reaches
 
     @property
     def edge(self) -> tuple:
@@ -126,7 +127,8 @@ def _two_phase(fmt, n: int, t: _Topo) -> dict:
     local_a2a = sum(cb[1:g])
     gathered = sum(cb) - cb[0]  # a ring allgather moves P-1 chunks over every edge
     bw, a = t.edge
-    a2a = max(nic_a2a / t.inter.bandwidth if t.nodes > 1 else 0.0, local_a2a / t.intra.bandwidth)
+    a2a = max(nic_a2a / t.inter.bandwidth if t.nodes > 1 else 0.0,
+              local_a2a / t.intra.bandwidth) / t.alltoall_efficiency
     return dict(wire=a2a + gathered / bw, latency=2 * (p - 1) * a, enc=n + mine, dec=p * mine + n,
                 bytes_per_rank=sent, nic_bytes=(nic_a2a + gathered) if t.nodes > 1 else 0)
 
@@ -159,7 +161,8 @@ def allreduce_time(method: str, elements: int, ranks: int, *, alpha: float, band
                    encode_rate: float = math.inf, decode_rate: float = math.inf,
                    reduce_rate: float = math.inf, copy_rate: float = math.inf,
                    schedule: str = "auto", gpus_per_node: int = 1,
-                   intra_bandwidth: Optional[float] = None, intra_alpha: Optional[float] = None) -> dict:
+                   intra_bandwidth: Optional[float] = None, intra_alpha: Optional[float] = None,
+                   alltoall_bandwidth: Optional[float] = None) -> dict:
     """Predicted time of one allreduce (sum) of `elements` float32 values over `ranks` ranks.
 
     bandwidth: bytes/s per host link, each direction; alpha: seconds per message; rates:
@@ -167,6 +170,8 @@ def allreduce_time(method: str, elements: int, ranks: int, *, alpha: float, band
     fp32/fp16, (P-1)/P n additions and one copy of the input into the output buffer (free by
     default, as on a GPU next to the wire; the q-formats' reduction is in decode_rate).
     intra_*: the link between GPUs of one node (default: the same as the host's).
+    alltoall_bandwidth: bytes/s per link that an all-to-all (the two-phase schedule's first
+    step) reaches, when measured lower than `bandwidth` (default: the same).
     Returns total, wire, latency, codec and memory seconds, bytes_per_rank (all links),
     nic_bytes (out of one node's NIC) and the schedule used.
     """
@@ -174,6 +179,8 @@ def allreduce_time(method: str, elements: int, ranks: int, *, alpha: float, band
     inter = Link("inter", bandwidth, alpha)
     intra = Link("intra", intra_bandwidth or bandwidth, alpha if intra_alpha is None else intra_alpha)
     t = _topo(int(ranks), int(gpus_per_node), inter, intra)
+    if alltoall_bandwidth:
+        t = replace(t, alltoall_efficiency=min(1.0, alltoall_bandwidth / bandwidth))
     sched = resolve_schedule(m, schedule, t.ranks)
     n = int(elements)
     if t.ranks == 1 or n == 0:
