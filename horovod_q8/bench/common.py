@@ -6,6 +6,8 @@ import platform
 import time
 from typing import Callable, List, Sequence
 
+import numpy as np
+
 
 def timeit(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
     """Median wall seconds of fn() over `repeats` runs after `warmup` runs."""
@@ -39,3 +41,15 @@ def markdown(header: Sequence[str], rows: List[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def barrier_median(comm, fn: Callable[[], object], repeats: int = 5) -> float:
+    """Median seconds of fn() over repeats, each between two barriers: the slowest rank's time."""
+    times = []
+    for _ in range(repeats):
+        comm.Barrier()
+        t = time.perf_counter()
+        fn()
+        comm.Barrier()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))

@@ -20,6 +20,7 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 
 from horovod_q8.backends import half
+from horovod_q8.bench.common import barrier_median
 from horovod_q8.bench.pipelined import Worker, pipelined_sum
 from horovod_q8.bench.ring import ring_allgatherv, ring_allreduce
 
@@ -90,14 +91,8 @@ def ring_bandwidth(comm, n: int, repeats: int = 5) -> float:
     previous: links loaded in both directions at once, as in a collective."""
     rank, size = comm.Get_rank(), comm.Get_size()
     out, into = np.zeros(n, np.uint8), np.empty(n, np.uint8)
-    times = []
-    for _ in range(repeats):
-        comm.Barrier()
-        t = time.perf_counter()
-        comm.Sendrecv(out, (rank + 1) % size, recvbuf=into, source=(rank - 1) % size)
-        comm.Barrier()
-        times.append(time.perf_counter() - t)
-    return n / float(np.median(times))
+    return n / barrier_median(comm, lambda: comm.Sendrecv(out, (rank + 1) % size, recvbuf=into,
+                                                          source=(rank - 1) % size), repeats)
 
 
 def alltoall_bandwidth(comm, n: int, repeats: int = 5) -> float:
@@ -106,14 +101,7 @@ def alltoall_bandwidth(comm, n: int, repeats: int = 5) -> float:
     size = comm.Get_size()
     per = max(n // max(size - 1, 1), 1)
     out, into = np.zeros(per * size, np.uint8), np.empty(per * size, np.uint8)
-    times = []
-    for _ in range(repeats):
-        comm.Barrier()
-        t = time.perf_counter()
-        comm.Alltoall(out, into)
-        comm.Barrier()
-        times.append(time.perf_counter() - t)
-    return per * (size - 1) / float(np.median(times))
+    return per * (size - 1) / barrier_median(comm, lambda: comm.Alltoall(out, into), repeats)
 
 
 class Reducers:
