@@ -20,6 +20,14 @@ from horovod_q8.collective.pieces import offsets
 from horovod_q8.formats import get
 
 
+PIPELINED = "/p"  # method-name suffix: the format's schedule in pieces, codec overlapped with the wire
+
+
+def whole_method(name: str) -> str:
+    """The method a (possibly pipelined) benchmark method name runs: "q8/p" -> "q8"."""
+    return name[:-len(PIPELINED)] if name.endswith(PIPELINED) else name
+
+
 class Worker:
     """Runs codec steps on one worker thread and adds up their seconds."""
 

@@ -21,11 +21,10 @@ import numpy as np
 
 from horovod_q8.backends import half
 from horovod_q8.bench.common import barrier_median
-from horovod_q8.bench.pipelined import Worker, pipelined_sum
+from horovod_q8.bench.pipelined import Worker, pipelined_sum, whole_method
 from horovod_q8.bench.ring import ring_allgatherv, ring_allreduce
 
 DEFAULT = "none,none_ring,fp16,q8,q8/p,q8_linear,q4,q4/p,q4_threshold,twobit"
-PIPELINED = "/p"  # suffix: the format's schedule in pieces, codec overlapped with the wire
 UNCOMPRESSED = ("none", "none_ring", "fp16")
 
 
@@ -322,7 +321,7 @@ def run(args: argparse.Namespace) -> dict:
         if size >= 2:
             links.append(measure_link(comm))
         for name in names:
-            base = name[:-len(PIPELINED)] if name.endswith(PIPELINED) else name
+            base = whole_method(name)
             if base != name:
                 fn = lambda b=base: reducers.pipelined(b, args.pipeline_elements)  # noqa: E731
             elif name in UNCOMPRESSED:

@@ -14,17 +14,17 @@ from typing import List, Sequence
 
 from horovod_q8 import codec
 from horovod_q8.bench.common import markdown
+from horovod_q8.bench.pipelined import whole_method
 from horovod_q8.speedup.model import allreduce_time, pipelined_total
 
 TOLERANCE = 0.15
 
 
 MPI_RING = {"none_ring": "none"}  # bench names the model does not know: the same algorithm
-PIPELINED = "/p"  # bench suffix: the format's schedule in pieces, codec overlapped with the wire
 
 
 def _bytes_p2p(method: str, n: int) -> int:
-    method = method[:-len(PIPELINED)] if method.endswith(PIPELINED) else method
+    method = whole_method(method)
     return {"none": 4 * n, "none_ring": 4 * n, "fp16": 2 * n}.get(method) or codec.nbytes(method, (n,))
 
 
@@ -41,7 +41,7 @@ def compare(report: dict) -> List[dict]:
     rows = []
     for method, m in report["methods"].items():
         rates = {k: m[k] for k in ("encode_rate", "decode_rate", "reduce_rate", "copy_rate") if k in m}
-        base = method[:-len(PIPELINED)] if method.endswith(PIPELINED) else method
+        base = whole_method(method)
         pred = allreduce_time(MPI_RING.get(base, base), n, ranks, alpha=alpha, bandwidth=bw,
                               alltoall_bandwidth=link.get("alltoall_bandwidth_Bps"), **rates)
         if base != method:
