@@ -10,7 +10,7 @@ from mpi4py import MPI
 
 from horovod_q8.bench.common import barrier_median
 
-from horovod_q8.bench.ring import ring_allgatherv
+from horovod_q8.collective.mpi import ring_allgatherv
 from horovod_q8.bench.transfer import ring_bandwidth
 
 comm = MPI.COMM_WORLD

@@ -1,29 +1,22 @@
-"""The compressed allreduce's arithmetic without a framework: N ranks simulated in-process,
-collectives replaced by the byte moves they perform (alltoall = transpose, allgather = concat)."""
+"""The compressed allreduce's arithmetic without a framework: the engine on N thread ranks
+(`collective.threads`), collectives the byte moves they perform."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from horovod_q8.collective import engine
 from horovod_q8.collective import plan as P
+from horovod_q8.collective.threads import run_ranks
 from horovod_q8.formats import get
 
 
 def run_allreduce(xs, fmt, schedule, residuals=None):
-    """Every rank's result of the compressed sum of xs[r] over r."""
+    """Every rank's result of the compressed sum of xs[r] over r (the engine on thread ranks)."""
     n_ranks, n = len(xs), xs[0].size
-    plans = [P.make_plan(fmt, n, n_ranks, r, schedule) for r in range(n_ranks)]
-    if plans[0].schedule == P.ALLGATHER:
-        bufs = [P.encode_whole(p, x) for p, x in zip(plans, xs)]
-        gathered = np.concatenate(bufs)
-        return [P.sum_gathered(p, gathered) for p in plans], plans
-    sends = [P.encode_chunks(p, x) for p, x in zip(plans, xs)]
-    offsets = [np.concatenate([[0], np.cumsum(p.send_splits)]) for p in plans]
-    received = [np.concatenate([sends[src][offsets[src][dst]: offsets[src][dst + 1]]
-                                for src in range(n_ranks)]) for dst in range(n_ranks)]
-    mine = [P.reduce_chunk(p, rec) for p, rec in zip(plans, received)]
-    gathered = np.concatenate(mine)
-    return [P.decode_gathered(p, gathered) for p in plans], plans
+    req = engine.Request(fmt, n, schedule)
+    outs = run_ranks(n_ranks, lambda t: engine.compressed_sum(t, req, xs[t.rank]))
+    return outs, [P.make_plan(fmt, n, n_ranks, r, schedule) for r in range(n_ranks)]
 
 
 @pytest.mark.parametrize("schedule", ["two_phase", "allgather"])
@@ -95,22 +88,20 @@ def test_codebook_error_feedback_carries_what_was_dropped(rng):
 
 @pytest.mark.parametrize("name", ["q8", "q4_threshold"])
 def test_reused_buffers_give_the_same_bits(name, rng):
-    """out= / work= buffers holding garbage from an earlier call change nothing."""
+    """Persistent buffers holding another call's bytes change nothing."""
     n_ranks, n = 3, 5003
     xs = [rng.standard_normal(n).astype(np.float32) for _ in range(n_ranks)]
-    fresh, plans = run_allreduce(xs, get(name), "two_phase")
-    p = plans[0]
-    mine = p.chunk_len(0)
-    send = np.full(sum(p.send_splits), 0xAB, np.uint8)
-    work, red = np.full(mine, np.nan, np.float32), np.full(p.fmt.nbytes(mine), 7, np.uint8)
-    out = np.full(n, np.inf, np.float32)
-    sends = [P.encode_chunks(q, x, out=send.copy() if q.rank else send) for q, x in zip(plans, xs)]
-    offsets = [np.concatenate([[0], np.cumsum(q.send_splits)]) for q in plans]
-    received = np.concatenate([sends[src][offsets[src][0]: offsets[src][1]] for src in range(n_ranks)])
-    reduced = P.reduce_chunk(p, received, work=work, out=red)
-    assert reduced is red
-    others = [P.reduce_chunk(q, np.concatenate([sends[s][offsets[s][q.rank]: offsets[s][q.rank + 1]]
-                                               for s in range(n_ranks)])) for q in plans[1:]]
-    total = P.decode_gathered(p, np.concatenate([reduced, *others]), out=out)
-    assert total is out
-    np.testing.assert_array_equal(total, fresh[0])
+    other = [np.full(n, 1e6, np.float32) for _ in range(n_ranks)]
+    fmt = get(name).for_group("dense")
+    fresh, _ = run_allreduce(xs, fmt, "two_phase")
+    req = engine.Request(fmt, n, "two_phase")
+
+    def twice(t):
+        engine.compressed_sum(t, req, other[t.rank])
+        first_out = t.buffer(f"{req.key}.out", n, np.float32)
+        total = engine.compressed_sum(t, req, xs[t.rank])
+        assert total is first_out  # decoded in place into the reused buffer
+        return total.copy()
+
+    for got in run_ranks(n_ranks, twice, buffers=True):
+        np.testing.assert_array_equal(got, fresh[0])

@@ -53,18 +53,3 @@ def ring_allreduce(comm, buf: np.ndarray, recv: np.ndarray,
         comm.Sendrecv(send, right, recvbuf=into_raw, source=left)
         wire += time.perf_counter() - t
     return wire, adds
-
-
-def ring_allgatherv(comm, mine: np.ndarray, gathered: np.ndarray, sizes) -> np.ndarray:
-    """Allgather of byte blocks (rank r's block has sizes[r] bytes, in rank order) as P-1 ring
-    steps, each rank forwarding to the next the block it received last. On the emulated
-    cluster this ran at the ring's link rate, where OpenMPI's Allgatherv did not
-    (docs/runs/cluster/collective_check_4x1gbit.log)."""
-    rank, size = comm.Get_rank(), comm.Get_size()
-    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    block = lambda r: gathered[starts[r % size]:starts[r % size + 1]]  # noqa: E731
-    block(rank)[:] = mine
-    right, left = (rank + 1) % size, (rank - 1) % size
-    for step in range(size - 1):
-        comm.Sendrecv(block(rank - step), right, recvbuf=block(rank - step - 1), source=left)
-    return gathered

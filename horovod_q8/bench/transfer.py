@@ -21,8 +21,10 @@ import numpy as np
 
 from horovod_q8.backends import half
 from horovod_q8.bench.common import barrier_median
-from horovod_q8.bench.pipelined import Worker, pipelined_sum, whole_method
-from horovod_q8.bench.ring import ring_allgatherv, ring_allreduce
+from horovod_q8.bench.pipelined import product_sum, whole_method
+from horovod_q8.bench.ring import ring_allreduce
+from horovod_q8.collective.mpi import MpiTransport
+from horovod_q8.collective.transport import Buffers
 
 DEFAULT = "none,none_ring,fp16,q8,q8/p,q8_linear,q4,q4/p,q4_threshold,twobit"
 UNCOMPRESSED = ("none", "none_ring", "fp16")
@@ -107,21 +109,15 @@ class Reducers:
     """One allreduce per method, each returning its phase timings; `result` keeps the output.
 
     Every buffer is allocated on a method's first (warm-up) call and reused after, as Horovod
-    reuses its fusion buffer: the timed calls pay no page faults for fresh memory.
+    reuses its fusion buffer: the timed calls pay no page faults for fresh memory. The
+    compressed methods run the product's engine (`bench.pipelined.product_sum`).
     """
 
     def __init__(self, comm, x: np.ndarray):
         self.comm, self.x = comm, x
         self.result: Optional[np.ndarray] = None
-        self._worker: Optional[Worker] = None
-        self._buffers: Dict[tuple, np.ndarray] = {}
-
-    def buffer(self, key: str, size: int, dtype) -> np.ndarray:
-        """A persistent buffer (one per key, size and dtype)."""
-        k = (key, int(size), np.dtype(dtype).str)
-        if k not in self._buffers:
-            self._buffers[k] = np.empty(int(size), dtype)
-        return self._buffers[k]
+        self.buffer = Buffers()
+        self._transports: Dict[bool, MpiTransport] = {}
 
     def none(self) -> Dict[str, float]:
         from mpi4py import MPI
@@ -157,53 +153,13 @@ class Reducers:
         self.result = result
         return {"codec": (t1 - t0) + (time.perf_counter() - t2), "wire": wire, "memory": adds}
 
-    def pipelined(self, name: str, piece: int) -> Dict[str, float]:
-        """The compressed schedule in pieces, a codec thread next to the MPI thread."""
-        self._worker = self._worker or Worker()
-        phases = pipelined_sum(self.comm, self.x, name, piece, self.buffer, self._worker)
-        self.result = self.buffer("out", self.x.size, np.float32)
+    def compressed(self, name: str, piece: int = 0) -> Dict[str, float]:
+        """The engine's schedule; in pieces with a codec thread next to the MPI thread."""
+        pipelined = piece > 0
+        if pipelined not in self._transports:
+            self._transports[pipelined] = MpiTransport(self.comm, self.buffer, codec_thread=pipelined)
+        self.result, phases = product_sum(self._transports[pipelined], self.x, name, piece)
         return phases
-
-    def compressed(self, name: str) -> Dict[str, float]:
-        from mpi4py import MPI
-
-        from horovod_q8.collective import plan as P
-        from horovod_q8.collective.pieces import offsets
-        from horovod_q8.formats import get
-
-        comm, x = self.comm, self.x
-        plan = P.make_plan(get(name), x.size, comm.Get_size(), comm.Get_rank(), shape=(x.size // 64, 64))
-        sizes = plan.gathered_sizes
-        gathered = self.buffer("gathered", sum(sizes), np.uint8)
-        result = self.buffer("out", x.size, np.float32)
-        t = [time.perf_counter()]
-        if plan.schedule == P.ALLGATHER:
-            mine = P.encode_whole(plan, x, out=self.buffer("send", plan.fmt.nbytes(x.size), np.uint8))
-            t.append(time.perf_counter())
-            ring_allgatherv(comm, mine, gathered, sizes)
-            t.append(time.perf_counter())
-            self.result = P.sum_gathered(plan, gathered, out=result)
-            t.append(time.perf_counter())
-            return {"codec": (t[1] - t[0]) + (t[3] - t[2]), "wire": t[2] - t[1]}
-        splits = plan.send_splits
-        send = P.encode_chunks(plan, x, out=self.buffer("send", sum(splits), np.uint8))
-        recv_part = splits[plan.rank]
-        received = self.buffer("received", recv_part * plan.size, np.uint8)
-        t.append(time.perf_counter())
-        recv_counts = [recv_part] * plan.size
-        comm.Alltoallv([send, (splits, offsets(splits)[:-1]), MPI.BYTE],
-                       [received, (recv_counts, offsets(recv_counts)[:-1]), MPI.BYTE])
-        t.append(time.perf_counter())
-        mine = plan.chunk_len(plan.rank)
-        reduced = P.reduce_chunk(plan, received, work=self.buffer("chunk", mine, np.float32),
-                                 out=self.buffer("reduced", plan.fmt.nbytes(mine), np.uint8))
-        t.append(time.perf_counter())
-        ring_allgatherv(comm, reduced, gathered, sizes)
-        t.append(time.perf_counter())
-        self.result = P.decode_gathered(plan, gathered, out=result)
-        t.append(time.perf_counter())
-        return {"codec": (t[1] - t[0]) + (t[3] - t[2]) + (t[5] - t[4]),
-                "wire": (t[2] - t[1]) + (t[4] - t[3])}
 
 
 def p2p(comm, x: np.ndarray, name: str, buffer: Callable) -> Dict[str, float]:
@@ -227,7 +183,7 @@ def p2p(comm, x: np.ndarray, name: str, buffer: Callable) -> Dict[str, float]:
             if name == "fp16":
                 half.to_float(buf, out=buffer("p2p_out", x.size, np.float32))
     else:
-        fmt = get(name).for_shape(x.shape)
+        fmt = get(name).for_group("dense")
         buf = buffer("p2p_codes", fmt.nbytes(x.size), np.uint8)
         if rank == 0:
             comm.Send(cpu.encode(x, fmt, out=buf), 1)
@@ -256,7 +212,7 @@ def codec_rates(comm, x: np.ndarray, name: str, repeats: int) -> Dict[str, float
         decode = add = lambda: half.to_float(h, out=f32)  # noqa: E731
         out = _uncompressed_rates(comm, x, name, repeats)
     else:
-        fmt = get(name).for_shape((n // 64, 64))
+        fmt = get(name).for_group("dense")
         buf, total = cpu.encode(x, fmt), np.zeros_like(x)
         encode = lambda: cpu.encode(x, fmt, out=buf)  # noqa: E731
         decode = lambda: cpu.decode(buf, fmt, n, out=total)  # noqa: E731
@@ -323,7 +279,7 @@ def run(args: argparse.Namespace) -> dict:
         for name in names:
             base = whole_method(name)
             if base != name:
-                fn = lambda b=base: reducers.pipelined(b, args.pipeline_elements)  # noqa: E731
+                fn = lambda b=base: reducers.compressed(b, args.pipeline_elements)  # noqa: E731
             elif name in UNCOMPRESSED:
                 fn = getattr(reducers, name)
             else:

@@ -19,6 +19,7 @@ from functools import lru_cache
 from typing import Iterable, List, Optional, Sequence
 
 from horovod_q8.collective import plan as P
+from horovod_q8.collective import policy
 from horovod_q8.formats import COMPRESSION_NAMES, get
 from horovod_q8.speedup import rates as R
 from horovod_q8.speedup.layers import ModelSpec
@@ -212,18 +213,11 @@ def pipelined_total(whole: dict, elements: int, piece: int) -> float:
 
 def buckets(sizes_forward: Sequence[int], bytes_per_element: int,
             fusion_bytes: int = FUSION_BYTES) -> List[int]:
-    """Element counts of the fused buffers, in backprop order (last layer's gradients first):
-    consecutive tensors up to fusion_bytes; a larger tensor travels alone."""
-    out: List[int] = []
-    cur = 0
-    for n in reversed(list(sizes_forward)):
-        if cur and (cur + n) * bytes_per_element > fusion_bytes:
-            out.append(cur)
-            cur = 0
-        cur += n
-    if cur:
-        out.append(cur)
-    return out
+    """Element counts of the fused buffers, in backprop order (last layer's gradients first),
+    as `collective.policy.plan_buckets` makes them."""
+    sizes = list(sizes_forward)
+    members = policy.plan_buckets([(n,) for n in sizes], fusion_bytes, bytes_per_element)
+    return [sum(sizes[i] for i in b) for b in members]
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,24 @@
     import horovod.tensorflow.keras as hvd
     from horovod_q8.tensorflow import Compression
     opt = hvd.DistributedOptimizer(opt, compression=Compression.q8)
-"""
-from horovod_q8.tensorflow.compressor import ConfigMismatchError, Q8Compressor, compressor
 
-from horovod_q8.formats import COMPRESSION_NAMES
+Importing this module wraps Horovod's reducer factory (`horovod_api`), so optimizers and
+tapes built with a horovod_q8 compressor reduce their gradients in fused buckets, and it
+sets Horovod's stall inspector to end a job whose ranks wait on different collectives
+(`startup.stall_defaults`).
+"""
+from horovod_q8.startup import stall_defaults
+
+stall_defaults()  # before hvd.init(), which reads them
+
+from horovod_q8.formats import COMPRESSION_NAMES  # noqa: E402
+from horovod_q8.tensorflow import horovod_api  # noqa: E402
+from horovod_q8.tensorflow.compressor import ConfigMismatchError, Q8Compressor, compressor  # noqa: E402
+from horovod_q8.tensorflow.fused import FusedReducer, state_of  # noqa: E402
+from horovod_q8.tensorflow.state import CompressionState  # noqa: E402
+from horovod_q8.tensorflow.tape import DistributedGradientTape  # noqa: E402
+
+horovod_api.install()
 
 
 class Compression:
@@ -27,5 +41,6 @@ class Compression:
 Q8 = Compression.q8
 Q4 = Compression.q4
 
-__all__ = ["COMPRESSION_NAMES", "Compression", "ConfigMismatchError", "Q4", "Q8", "Q8Compressor",
-           "compressor"]
+__all__ = ["COMPRESSION_NAMES", "Compression", "CompressionState", "ConfigMismatchError",
+           "DistributedGradientTape", "FusedReducer", "Q4", "Q8", "Q8Compressor", "compressor",
+           "state_of"]

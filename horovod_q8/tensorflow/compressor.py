@@ -10,18 +10,23 @@ Adasum), which then stops with a clear error.
 from __future__ import annotations
 
 import dataclasses
-import json
-from dataclasses import dataclass
-from typing import Optional
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from horovod_q8 import formats
-from horovod_q8.collective.plan import SCHEDULES
+from horovod_q8.collective import policy
+from horovod_q8.collective.setting import Setting, difference
+from horovod_q8.formats import layer_group
 from horovod_q8.tensorflow import collective as C
+from horovod_q8.tensorflow.state import CompressionState
 
 _CHECKED: set = set()
+_LOG = logging.getLogger("horovod_q8")
+_TOLD: set = set()
 
 
 class ConfigMismatchError(ValueError):
@@ -31,58 +36,45 @@ class ConfigMismatchError(ValueError):
 
 
 @dataclass(frozen=True)
-class Q8Compressor:
-    """A horovod_q8 compression setting; hashable and the same on every rank.
+class Q8Compressor(Setting):
+    """A `Setting` as a Horovod compressor. `state` holds the residuals and step counters of
+    the per-tensor path (`hvd.allreduce(t, compression=...)`); optimizers and tapes get their
+    own state through the fused reducer. `fresh()` is the same setting with new state."""
 
-    format: the data type (`horovod_q8.formats.get`). min_size: tensors with fewer elements
-    go through Horovod uncompressed. error_feedback: keep what quantization dropped and add
-    it next step (None: on for threshold formats). warmup_steps: first steps uncompressed.
-    schedule: "auto", "two_phase" or "allgather". pipeline_elements: send a larger tensor as
-    pieces of this many elements, so one piece's codec overlaps another's transfer (0: whole).
-    """
-
-    format: formats.Format
-    min_size: int = 1024
-    error_feedback: Optional[bool] = None
-    warmup_steps: int = 0
-    schedule: str = "auto"
-    pipeline_elements: int = 0
+    state: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        if self.min_size < 0 or self.warmup_steps < 0 or self.pipeline_elements < 0:
-            raise ValueError("min_size, warmup_steps and pipeline_elements must be >= 0")
+        from horovod_q8.options import check_compressor; check_compressor(self)  # noqa: E702
+        super().__post_init__()
+        if self.state is None:
+            object.__setattr__(self, "state", CompressionState("horovod_q8_tensor_state"))
 
-    @property
-    def name(self) -> str:
-        return self.format.name
+    def fresh(self) -> "Q8Compressor":
+        return dataclasses.replace(self, state=None)
 
-    @property
-    def feedback(self) -> bool:
-        return self.format.uses_residual if self.error_feedback is None else self.error_feedback
-
-    def fingerprint(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["format"] = {k: list(v) if isinstance(v, tuple) else v
-                       for k, v in dataclasses.asdict(self.format).items()}
-        return json.loads(json.dumps(d))
+    def decision(self, tensor: tf.Tensor) -> policy.Decision:
+        """Static decision, identical on every rank: dtype, size, shape and N only."""
+        n = C.numel(tensor.shape) if tensor.shape.is_fully_defined() else None
+        return policy.decide(self, tensor.dtype.is_floating, n, hvd.size(),
+                             layer_group(tensor.shape.rank or 1))
 
     def compresses(self, tensor: tf.Tensor) -> bool:
-        """Static decision, identical on every rank: dtype, size, shape and N only."""
-        return (tensor.dtype.is_floating and tensor.shape.is_fully_defined()
-                and C.numel(tensor.shape) >= max(self.min_size, 1) and hvd.size() > 1)
+        return self.decision(tensor).compress
 
     def compress(self, tensor):
         """Run the compressed sum; return the control tensor for Horovod to reduce."""
         if isinstance(tensor, tf.IndexedSlices):
             raise TypeError("horovod_q8 compresses dense gradients; pass sparse_as_dense=True")
-        if not self.compresses(tensor):
+        if hvd.size() > 1:
+            check_same_config(self)  # every rank, whatever it decides for this tensor
+        decision = self.decision(tensor)
+        if not decision.compress:
+            tell_uncompressed(tensor.name if not tf.executing_eagerly() else "an eager tensor", decision)
             return tensor, None
-        check_same_config(self)
-        total = C.compressed_sum(self, C.as_flat_float32(tensor), tensor.shape,
-                                 C.collective_name(tensor, f"q8.{self.name}."), self.feedback,
-                                 self.schedule, self.warmup_steps, self.format.seed)
+        name = C.collective_name(tensor, f"q8.{self.name}.")
+        req = policy.request(self, decision.n, layer_group(tensor.shape.rank), name or "q8.eager")
+        total = C.compressed_sum(None if name is None else self.state, req, C.as_flat_float32(tensor),
+                                 name is not None, self.warmup_steps, self.format.seed)
         # Data-dependent (never NaN) so it is neither pruned nor folded, and runs after the sum.
         touch = 0.0 * tf.cast(tf.math.is_nan(total[0]), tf.float32)
         control = tf.stack([1.0 + touch, float(hvd.rank()) + touch])
@@ -93,21 +85,37 @@ class Q8Compressor:
         if ctx is None:
             return tensor
         total, dtype, shape = ctx
-        n_ranks = float(hvd.size())
-        ratio = tensor[1] / tensor[0]
-        check = tf.debugging.assert_near(
-            ratio, tf.constant((n_ranks - 1) / 2, tf.float32), rtol=1e-3, atol=1e-3,
-            message="horovod_q8 compression supports op=Sum and op=Average only "
-                    "(Adasum, Min, Max and Product cannot be computed from quantized codes)")
-        with tf.control_dependencies([check]):
-            factor = tensor[0] / n_ranks
-        return tf.reshape(tf.cast(total * factor, dtype), shape)
+        return tf.reshape(tf.cast(total * factor_from_control(tensor), dtype), shape)
 
     def __repr__(self) -> str:
         return f"Q8Compressor({self.format.name})"
 
 
-def check_same_config(comp: Q8Compressor) -> None:
+def factor_from_control(control: tf.Tensor) -> tf.Tensor:
+    """The factor Horovod's op, prescale and postscale applied, from the reduced [1, rank]."""
+    n_ranks = float(hvd.size())
+    zero = tf.debugging.assert_none_equal(
+        control[0], 0.0, message="horovod_q8: prescale_factor or postscale_factor is 0, which makes "
+                                 "every gradient 0; use a non-zero factor")
+    with tf.control_dependencies([zero]):
+        ratio = control[1] / control[0]
+    check = tf.debugging.assert_near(
+        ratio, tf.constant((n_ranks - 1) / 2, tf.float32), rtol=1e-3, atol=1e-3,
+        message="horovod_q8 compression supports op=Sum and op=Average only "
+                "(Adasum, Min, Max and Product cannot be computed from quantized codes)")
+    with tf.control_dependencies([check]):
+        return control[0] / n_ranks
+
+
+def tell_uncompressed(what: str, decision: policy.Decision) -> None:
+    """One log line per reason that is not 'too small': what goes uncompressed and why."""
+    if decision.reason.startswith("fewer than") or decision.reason in _TOLD:
+        return
+    _TOLD.add(decision.reason)
+    _LOG.warning("horovod_q8: %s goes uncompressed through Horovod (%s)", what, decision.reason)
+
+
+def check_same_config(comp: Setting) -> None:
     """Once per setting and process: every rank must use exactly the same settings."""
     if comp in _CHECKED:
         return
@@ -116,24 +124,11 @@ def check_same_config(comp: Q8Compressor) -> None:
         everyone = hvd.allgather_object(mine, name="horovod_q8.config_check")
     for rank, theirs in enumerate(everyone):
         if theirs != mine:
-            diff = _difference(mine, theirs)
             raise ConfigMismatchError(
                 f"horovod_q8: rank {hvd.rank()} and rank {rank} use different compression "
-                f"settings: {diff}. Start every rank with the same --compression options.")
+                f"settings: {difference(mine, theirs)}. Start every rank with the same "
+                f"--compression options.")
     _CHECKED.add(comp)
-
-
-def _difference(a: dict, b: dict, prefix: str = "") -> str:
-    out = []
-    for k in sorted(set(a) | set(b)):
-        va, vb = a.get(k), b.get(k)
-        if isinstance(va, dict) and isinstance(vb, dict):
-            sub = _difference(va, vb, prefix + k + ".")
-            if sub:
-                out.append(sub)
-        elif va != vb:
-            out.append(f"{prefix}{k}={va!r} here vs {vb!r} there")
-    return "; ".join(out)
 
 
 def compressor(name: str = "q8", *, block_size: Optional[int] = None, rounding: Optional[str] = None,
@@ -154,4 +149,3 @@ def compressor(name: str = "q8", *, block_size: Optional[int] = None, rounding: 
     return Q8Compressor(fmt, min_size=min_size, error_feedback=error_feedback,
                         warmup_steps=warmup_steps, schedule=schedule,
                         pipeline_elements=pipeline_elements)
-

@@ -14,7 +14,8 @@ import numpy as np
 import tensorflow as tf
 
 from horovod_q8.tensorflow import compressor
-from horovod_q8.tensorflow.fused import DistributedGradientTape
+from horovod_q8.tensorflow.horovod_api import reducer_options
+from horovod_q8.tensorflow.tape import DistributedGradientTape
 
 hvd.init()
 N, RANK = hvd.size(), hvd.rank()
@@ -157,8 +158,9 @@ def check_tape(name: str) -> None:
         for predivide in (1.0, 2.0):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_sum(tf.tanh(x @ w))
-            make = DistributedGradientTape if fused else hvd.DistributedGradientTape
-            dtape = make(tape, compression=compressor(name), gradient_predivide_factor=predivide)
+            with reducer_options(per_tensor=not fused):  # stock tape: per tensor, or fused buckets
+                dtape = hvd.DistributedGradientTape(tape, compression=compressor(name),
+                                                    gradient_predivide_factor=predivide)
             (g,) = dtape.gradient(loss, [w])
             assert same_on_all_ranks(g)
             results.append(g.numpy())

@@ -15,9 +15,11 @@ import numpy as np
 from mpi4py import MPI
 
 from horovod_q8.backends import half
-from horovod_q8.bench.pipelined import Worker, pipelined_sum
+from horovod_q8.bench.pipelined import product_sum
 from horovod_q8.bench.ring import ring_allreduce, segments
 from horovod_q8.bench.transfer import Reducers
+from horovod_q8.collective.mpi import MpiTransport
+from horovod_q8.collective.transport import Buffers
 
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
@@ -53,25 +55,26 @@ x[5] = np.inf
 ring_allreduce(comm, x, np.empty(10, np.float32), add32)
 assert np.isnan(x[3]) and x[5] == np.inf and x[0] == size, x
 
-def buffers():
-    store = {}
+class GarbageBuffers(Buffers):
+    """Buffers that start full of garbage: every byte must be written."""
 
-    def buffer(key, n, dtype):
-        k = (key, int(n), np.dtype(dtype).str)
-        if k not in store:
-            store[k] = np.full(int(n), 7, dtype)  # garbage: every byte must be written
-        return store[k]
-    return buffer
+    def __call__(self, key, size, dtype):
+        fresh = (key, int(size), np.dtype(dtype).str) not in self._buffers
+        buf = super().__call__(key, size, dtype)
+        if fresh:
+            buf.fill(7)
+        return buf
 
 
-worker = Worker()
+def pipelined(x, name, piece):
+    return product_sum(MpiTransport(comm, GarbageBuffers(), codec_thread=True), x, name, piece)
+
+
 for name, n, piece in (("q8", 100_003, 8192), ("q4", 50_000, 4096), ("twobit", 30_001, 5000)):
     x = np.random.default_rng(rank).standard_normal(n).astype(np.float32)
     exact = np.zeros(n, np.float64)
     comm.Allreduce(x.astype(np.float64), exact)
-    buffer = buffers()
-    phases = pipelined_sum(comm, x, name, piece, buffer, worker)
-    y = buffer("out", n, np.float32)
+    y, phases = pipelined(x, name, piece)
     assert same_everywhere(y), name
     assert phases["wire"] > 0 and phases["codec"] > 0, phases
     if name != "twobit":  # threshold formats keep no residual here: no budget to meet
@@ -79,17 +82,14 @@ for name, n, piece in (("q8", 100_003, 8192), ("q4", 50_000, 4096), ("twobit", 3
         assert err < {"q8": 0.03, "q4": 0.3}[name], (name, err)
     whole = Reducers(comm, x)
     whole.compressed(name)  # the whole-tensor schedule of `bench transfer`
-    one = buffers()
-    pipelined_sum(comm, x, name, n, one, worker)  # a single piece: the same steps, the same bits
-    assert np.array_equal(one("out", n, np.float32), whole.result), name
+    one, _ = pipelined(x, name, n)  # a single piece: the same steps, the same bits
+    assert np.array_equal(one, whole.result), name
 
 x = np.random.default_rng(rank).standard_normal(20_000).astype(np.float32)
 if rank == 0:
     x[5] = np.nan
 x[15_000] = np.inf
-buffer = buffers()
-pipelined_sum(comm, x, "q8", 4096, buffer, worker)
-y = buffer("out", x.size, np.float32)
+y, _ = pipelined(x, "q8", 4096)
 assert not np.isfinite(y[5]) and not np.isfinite(y[15_000]), y[[5, 15_000]]
 assert np.isfinite(y[4096:12_288]).all()
 if rank == 0:

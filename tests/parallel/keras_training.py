@@ -1,4 +1,4 @@
-"""Under horovodrun: a small Keras model trained K steps per compression, stock and fused paths.
+"""Under horovodrun: a small Keras model trained K steps per compression, per-tensor and fused paths.
 
 Checks: identical weights on every rank; final loss close to the uncompressed run's.
 Prints one line per case, then OK.
@@ -13,8 +13,8 @@ import horovod.tensorflow.keras as hvd
 import numpy as np
 import tensorflow as tf
 
-import horovod_q8.tensorflow.keras as q8_keras
-from horovod_q8.tensorflow import compressor
+from horovod_q8.tensorflow import FusedReducer, compressor
+from horovod_q8.tensorflow.horovod_api import reducer_options
 
 hvd.init()
 STEPS = 30
@@ -42,9 +42,11 @@ def train(name: str, fused: bool, backward_passes: int = 1) -> tuple:
     m = model()
     comp = compressor(name)
     opt = tf.keras.optimizers.SGD(0.05 * hvd.size())
-    wrap = q8_keras.DistributedOptimizer if fused else hvd.DistributedOptimizer
-    opt = wrap(opt, compression=comp, backward_passes_per_step=backward_passes,
-               average_aggregated_gradients=True)
+    # the stock optimizer reduces in fused buckets too; per_tensor builds Horovod's own path
+    with reducer_options(per_tensor=not fused):
+        opt = hvd.DistributedOptimizer(opt, compression=comp, backward_passes_per_step=backward_passes,
+                                       average_aggregated_gradients=True)
+    assert isinstance(opt._allreduce_grads, FusedReducer) == (fused and name != "none"), name
     m.compile(opt, tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     x, y = data(hvd.rank())
     hist = m.fit(x, y, batch_size=32, epochs=1, verbose=0,

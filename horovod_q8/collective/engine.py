@@ -1,0 +1,128 @@
+"""The compressed allreduce, written once for every frontend and transport.
+
+    two_phase: encode chunks -> alltoallv -> sum my chunk in rank order, re-encode -> allgatherv -> decode
+    allgather: encode whole  -> allgatherv -> sum every copy in rank order
+
+Codes are never added by a collective. With pieces (`Request.piece_elements`), a tensor
+goes as independent block-aligned pieces, staged so that a transport with a codec thread
+(or TensorFlow's executor) codes one piece while another's bytes are on the wire.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional
+
+import numpy as np
+
+from horovod_q8.collective import plan as P
+from horovod_q8.collective.transport import ResidualStore, Transport
+from horovod_q8.formats import Format
+
+
+@dataclass(frozen=True)
+class Request:
+    """One compressed sum: the resolved format (layer group chosen), the size and the knobs.
+
+    key names the collectives and the state of this tensor or bucket: the same on every rank.
+    """
+
+    fmt: Format
+    n: int
+    schedule: str = "auto"
+    error_feedback: bool = False
+    piece_elements: int = 0
+    key: str = "q8"
+
+    def __post_init__(self) -> None:
+        if self.fmt.level_groups:
+            raise ValueError(f"{self.fmt.name}: choose the layer group first (fmt.for_group(...))")
+
+    @property
+    def keeps_residual(self) -> bool:
+        return self.error_feedback or self.fmt.uses_residual
+
+    def piece_sizes(self) -> List[int]:
+        return P.pipeline_parts(self.n, self.piece_elements, self.fmt.block_size or 1)
+
+    def plans(self, size: int, rank: int) -> List[P.Plan]:
+        schedule = P.choose_schedule(self.schedule, size)
+        return [P.Plan(self.fmt, m, size, rank, schedule) for m in self.piece_sizes()]
+
+
+def compressed_sum(t: Transport, req: Request, flat: Any, residuals: Optional[ResidualStore] = None,
+                   seed_of: Callable[[int], Any] = lambda k: k) -> Any:
+    """The float32 sum over every rank of `flat` (req.n elements), identical bits on every rank.
+
+    residuals: the owner of error-feedback state (None: no state is kept, as in eager calls);
+    seed_of(k): piece k's stochastic-rounding seed for this step.
+    """
+    plans = req.plans(t.size, t.rank)
+    sizes = [p.n for p in plans]
+    xs = [flat] if len(plans) == 1 else t.split(flat, sizes)
+    keys = [req.key] if len(plans) == 1 else [f"{req.key}.part{k}" for k in range(len(plans))]
+    out = t.buffer(f"{req.key}.out", req.n, np.float32)
+    starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+    dst = [None if out is None else out[starts[k]:starts[k + 1]] for k in range(len(plans))]
+    fb = req.error_feedback
+
+    def state(key: str, n: int):
+        if not req.keeps_residual or n == 0 or residuals is None:
+            return None
+        return residuals.residual(key, n)
+
+    if plans[0].schedule == P.ALLGATHER:
+        sent = [t.local("q8_encode", _encode_whole(t, p, k, fb), [x], (p.fmt.nbytes(p.n), np.uint8),
+                        state(f"{k}/residual", p.n), seed_of(i))
+                for i, (p, x, k) in enumerate(zip(plans, xs, keys))]
+        gathered = [t.allgatherv(s, p.gathered_sizes, f"{k}.allgather")
+                    for p, s, k in zip(plans, sent, keys)]
+        totals = [t.local("q8_sum", _sum_gathered(p, d), [g], (p.n, np.float32))
+                  for p, g, d in zip(plans, gathered, dst)]
+        return t.concat(totals, out)
+
+    sent = [t.local("q8_encode_chunks", _encode_chunks(t, p, k, fb), [x],
+                    (sum(p.send_splits), np.uint8), state(f"{k}/residual", p.n), seed_of(i))
+            for i, (p, x, k) in enumerate(zip(plans, xs, keys))]
+    mine = []
+    for i, (p, s, k) in enumerate(zip(plans, sent, keys)):
+        part = p.send_splits[p.rank]
+        received = t.alltoallv(s, p.send_splits, [part] * p.size, f"{k}.alltoall")
+        n_mine = p.chunk_len(p.rank)
+        mine.append(t.local("q8_reduce_chunk", _reduce_chunk(t, p, k, fb), [received],
+                            (p.fmt.nbytes(n_mine), np.uint8), state(f"{k}/server_residual", n_mine),
+                            seed_of(i)))
+    gathered = [t.allgatherv(m, p.gathered_sizes, f"{k}.allgather") for p, m, k in zip(plans, mine, keys)]
+    totals = [t.local("q8_decode", _decode_gathered(p, d), [g], (p.n, np.float32))
+              for p, g, d in zip(plans, gathered, dst)]
+    return t.concat(totals, out)
+
+
+# The local steps, bound to their plan and to the transport's reused buffers.
+
+def _encode_whole(t: Transport, p: P.Plan, key: str, fb: bool) -> Callable:
+    return lambda x, r, s: P.encode_whole(p, x, r, s, fb, out=t.buffer(f"{key}.send", p.fmt.nbytes(p.n),
+                                                                        np.uint8))
+
+
+def _encode_chunks(t: Transport, p: P.Plan, key: str, fb: bool) -> Callable:
+    return lambda x, r, s: P.encode_chunks(p, x, r, s, fb, out=t.buffer(f"{key}.send", sum(p.send_splits),
+                                                                         np.uint8))
+
+
+def _reduce_chunk(t: Transport, p: P.Plan, key: str, fb: bool) -> Callable:
+    n_mine = p.chunk_len(p.rank)
+    return lambda x, r, s: P.reduce_chunk(p, x, r, s, fb, work=t.buffer(f"{key}.chunk", n_mine, np.float32),
+                                          out=t.buffer(f"{key}.reduced", p.fmt.nbytes(n_mine), np.uint8))
+
+
+def _sum_gathered(p: P.Plan, dst) -> Callable:
+    return lambda g, r, s: P.sum_gathered(p, g, out=dst)
+
+
+def _decode_gathered(p: P.Plan, dst) -> Callable:
+    return lambda g, r, s: P.decode_gathered(p, g, out=dst)
+
+
+def bytes_sent(req: Request, size: int, rank: int = 0) -> int:
+    """Bytes one rank puts on the wire for this request (its own data excluded)."""
+    return sum(p.bytes_sent() for p in req.plans(size, rank))

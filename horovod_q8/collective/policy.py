@@ -1,0 +1,113 @@
+"""What to compress, in which buckets, and how many bytes that puts on the wire.
+
+Framework-free and decided from static facts only (dtype, size, N, the setting), so every
+rank decides the same. Used by the TensorFlow reducers, the traffic figures, the speedup
+model and the benchmarks alike.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from horovod_q8.collective import engine
+from horovod_q8.collective.setting import Setting
+from horovod_q8.formats import layer_group
+
+# Bytes per element of the uncompressed baselines (Horovod's none and fp16).
+BASELINE_BYTES = {"none": 4, "fp16": 2}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether a tensor (or bucket) of n elements goes compressed, and the bytes either way."""
+
+    compress: bool
+    n: int
+    bytes_uncompressed: int
+    bytes_compressed: int
+    reason: str
+
+
+def ring_bytes(n: int, bytes_per_element: float, ranks: int) -> float:
+    """A ring allreduce sends 2 (N-1)/N of the tensor per rank."""
+    return 2 * (ranks - 1) / ranks * n * bytes_per_element if ranks > 1 else 0.0
+
+
+def decide(setting: Setting, is_float: bool, n: Optional[int], ranks: int,
+           group: str = "other") -> Decision:
+    """The decision for one tensor or bucket; n None = size known only at run time."""
+    plain = int(ring_bytes(n or 0, 4, ranks))
+    if not is_float:
+        return Decision(False, n or 0, plain, plain, "not floating point")
+    if n is None:
+        return Decision(False, 0, 0, 0, "size unknown until run time")
+    if ranks < 2:
+        return Decision(False, n, 0, 0, "a single rank sends nothing")
+    if n < max(setting.min_size, 1):
+        return Decision(False, n, plain, plain, f"fewer than min_size={setting.min_size} elements")
+    sent = engine.bytes_sent(request(setting, n, group), ranks)
+    return Decision(True, n, plain, sent, "compressed")
+
+
+def request(setting: Setting, n: int, group: str, key: str = "q8") -> engine.Request:
+    """The engine request for n elements of a layer group under this setting."""
+    return engine.Request(setting.format.for_group(group), int(n), setting.schedule, setting.feedback,
+                          setting.pipeline_elements, key)
+
+
+def plan_buckets(shapes: Sequence[tuple], fusion_bytes: int, bytes_per_element: float = 4,
+                 by_group: bool = False) -> List[List[int]]:
+    """Buckets of tensor indices in backprop order (the last tensor first, as gradients become
+    ready), consecutive tensors up to fusion_bytes (a larger tensor travels alone); with
+    by_group, tensors of different layer groups never share a bucket."""
+    buckets: List[List[int]] = []
+    current: List[int] = []
+    size, group = 0.0, None
+    for i in reversed(range(len(shapes))):
+        nbytes = bytes_per_element * numel(shapes[i])
+        g = layer_group(len(shapes[i])) if by_group else None
+        if current and (size + nbytes > fusion_bytes or g != group):
+            buckets.append(current)
+            current, size = [], 0.0
+        current.append(i)
+        size += nbytes
+        group = g
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def bucket_group(setting: Setting, shapes: Sequence[tuple], members: Sequence[int]) -> str:
+    """The layer group a bucket is quantized in (one group per bucket when the format has groups)."""
+    return layer_group(len(shapes[members[0]])) if setting.format.level_groups else "other"
+
+
+def bytes_per_step(shapes: Sequence[tuple], setting, ranks: int, fused: bool = True,
+                   fusion_bytes: int = 64 * 1024 * 1024) -> float:
+    """Bytes one rank sends to reduce gradients of these shapes once (rank 0's plan).
+
+    setting: a Setting, or "none" / "fp16" for Horovod's own ring allreduce.
+    fused: buckets as horovod_q8's reducer makes them; else one allreduce per tensor, each
+    with its 2-float control tensor.
+    """
+    shapes = [tuple(int(d) for d in s) for s in shapes]
+    if isinstance(setting, str):
+        return sum(ring_bytes(numel(s), BASELINE_BYTES[setting], ranks) for s in shapes)
+    if ranks < 2:
+        return 0.0
+    total = 0.0
+    if fused:
+        for members in plan_buckets(shapes, fusion_bytes, 4, bool(setting.format.level_groups)):
+            n = sum(numel(shapes[m]) for m in members)
+            total += decide(setting, True, n, ranks, bucket_group(setting, shapes, members)).bytes_compressed
+        return total
+    for s in shapes:
+        d = decide(setting, True, numel(s), ranks, layer_group(len(s)))
+        total += d.bytes_compressed + (ring_bytes(2, 4, ranks) if d.compress else 0)
+    return total
+
+
+def numel(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))

@@ -1,0 +1,64 @@
+"""`Setting`: one compression setting, framework-free; every frontend's compressor is one."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Optional
+
+from horovod_q8 import formats
+from horovod_q8.collective.plan import SCHEDULES
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A horovod_q8 compression setting; hashable and the same on every rank.
+
+    format: the data type (`horovod_q8.formats.get`). min_size: tensors with fewer elements
+    go uncompressed. error_feedback: keep what quantization dropped and add it next step
+    (None: on for threshold formats). warmup_steps: first steps uncompressed.
+    schedule: "auto", "two_phase" or "allgather". pipeline_elements: send a larger tensor as
+    pieces of this many elements, so one piece's codec overlaps another's transfer (0: whole).
+    """
+
+    format: formats.Format
+    min_size: int = 1024
+    error_feedback: Optional[bool] = None
+    warmup_steps: int = 0
+    schedule: str = "auto"
+    pipeline_elements: int = 0
+
+    def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.min_size < 0 or self.warmup_steps < 0 or self.pipeline_elements < 0:
+            raise ValueError("min_size, warmup_steps and pipeline_elements must be >= 0")
+
+    @property
+    def name(self) -> str:
+        return self.format.name
+
+    @property
+    def feedback(self) -> bool:
+        return self.format.uses_residual if self.error_feedback is None else self.error_feedback
+
+    def fingerprint(self) -> dict:
+        """Every field as plain JSON values: what ranks compare to agree on the setting."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(Setting)}
+        d["format"] = {k: list(v) if isinstance(v, tuple) else v
+                       for k, v in dataclasses.asdict(self.format).items()}
+        return json.loads(json.dumps(d))
+
+
+def difference(a: dict, b: dict, prefix: str = "") -> str:
+    """The fields where two fingerprints differ, as "key=a here vs b there; ..."."""
+    out = []
+    for k in sorted(set(a) | set(b)):
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            sub = difference(va, vb, prefix + k + ".")
+            if sub:
+                out.append(sub)
+        elif va != vb:
+            out.append(f"{prefix}{k}={va!r} here vs {vb!r} there")
+    return "; ".join(out)

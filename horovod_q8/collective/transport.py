@@ -1,0 +1,110 @@
+"""The seam between the compressed allreduce and whoever moves its bytes.
+
+`engine.compressed_sum` is written once against `Transport`; a transport supplies the local
+steps' execution (a host call in TensorFlow, a plain call or a codec thread elsewhere), the
+two byte collectives that never add (alltoallv, allgatherv) and where buffers live.
+Transports: `tensorflow.transport.HorovodTransport`, `collective.mpi.MpiTransport`,
+`collective.threads.ThreadTransport`.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Protocol, Sequence, Tuple
+
+import numpy as np
+
+# What a local step produces: (number of elements, NumPy dtype).
+OutSpec = Tuple[int, Any]
+
+
+class ResidualStore(Protocol):
+    """Owner of error-feedback state: one residual per key, created on first use, zeros."""
+
+    def residual(self, key: str, n: int) -> Any:
+        ...
+
+
+class Transport(Protocol):
+    """Runs one rank's part of the compressed allreduce."""
+
+    rank: int
+    size: int
+
+    def local(self, label: str, fn: Callable, inputs: Sequence, out: OutSpec,
+              residual: Any = None, seed: Any = None) -> Any:
+        """fn(*inputs, residual, seed) -> array of `out`; residual is updated in place by fn."""
+
+    def alltoallv(self, buf: Any, send_splits: Sequence[int], recv_splits: Sequence[int],
+                  name: Optional[str]) -> Any:
+        """Send send_splits[r] bytes of buf to rank r; receive recv_splits[r] from each, in rank order."""
+
+    def allgatherv(self, buf: Any, sizes: Sequence[int], name: Optional[str]) -> Any:
+        """Every rank's bytes (sizes[r] from rank r) concatenated in rank order."""
+
+    def split(self, flat: Any, sizes: Sequence[int]) -> list:
+        """Consecutive pieces of a flat tensor."""
+
+    def concat(self, parts: Sequence, out: Any) -> Any:
+        """The pieces joined; `out` is the buffer they were written into, when there is one."""
+
+    def buffer(self, key: str, size: int, dtype) -> Optional[np.ndarray]:
+        """A buffer reused across calls, or None where the transport allocates per call."""
+
+
+class ArrayResiduals:
+    """Residuals as NumPy (or CuPy) arrays owned by this object (a DDP hook's or a benchmark's)."""
+
+    def __init__(self, xp=np) -> None:
+        self.xp = xp
+        self.arrays: dict = {}
+
+    def residual(self, key: str, n: int):
+        a = self.arrays.get(key)
+        if a is None or a.size != n:
+            a = self.arrays[key] = self.xp.zeros(int(n), dtype=self.xp.float32)
+        return a
+
+
+class Buffers:
+    """Persistent buffers by (key, size, dtype), allocated on first use (as Horovod's fusion
+    buffer): timed calls after the first pay no page faults for fresh memory."""
+
+    def __init__(self) -> None:
+        self._buffers: dict = {}
+
+    def __call__(self, key: str, size: int, dtype) -> np.ndarray:
+        k = (key, int(size), np.dtype(dtype).str)
+        if k not in self._buffers:
+            self._buffers[k] = np.empty(int(size), dtype)
+        return self._buffers[k]
+
+
+class ArrayTransport:
+    """What every NumPy transport shares: local steps called directly, views for pieces."""
+
+    rank: int
+    size: int
+
+    def __init__(self, buffers: Optional[Buffers] = None) -> None:
+        self.buffers = buffers
+
+    def local(self, label: str, fn: Callable, inputs: Sequence, out: OutSpec,
+              residual: Any = None, seed: Any = None) -> Any:
+        return fn(*[wait(x) for x in inputs], residual, 0 if seed is None else int(seed))
+
+    def split(self, flat, sizes: Sequence[int]) -> list:
+        starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+        return [flat[starts[k]:starts[k + 1]] for k in range(len(sizes))]
+
+    def concat(self, parts: Sequence, out):
+        parts = [wait(p) for p in parts]
+        if out is not None:
+            return out  # every piece was decoded into its slice of out
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def buffer(self, key: str, size: int, dtype) -> Optional[np.ndarray]:
+        return None if self.buffers is None else self.buffers(key, size, dtype)
+
+
+def wait(x):
+    """The value of x, waiting for it when a codec thread still computes it."""
+    return x.result() if hasattr(x, "result") and callable(x.result) else x
