@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from horovod_q8 import formats
-from horovod_q8.collective.plan import SCHEDULES
+from horovod_q8.options import check_compressor
 
 
 @dataclass(frozen=True)
@@ -29,10 +29,7 @@ class Setting:
     pipeline_elements: int = 0
 
     def __post_init__(self) -> None:
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        if self.min_size < 0 or self.warmup_steps < 0 or self.pipeline_elements < 0:
-            raise ValueError("min_size, warmup_steps and pipeline_elements must be >= 0")
+        check_compressor(self)
 
     @property
     def name(self) -> str:

@@ -44,7 +44,6 @@ class Q8Compressor(Setting):
     state: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        from horovod_q8.options import check_compressor; check_compressor(self)  # noqa: E702
         super().__post_init__()
         if self.state is None:
             object.__setattr__(self, "state", CompressionState("horovod_q8_tensor_state"))

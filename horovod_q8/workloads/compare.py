@@ -12,7 +12,12 @@ import tempfile
 from pathlib import Path
 from typing import List, Optional
 
+from horovod_q8.formats import COMPRESSION_NAMES
 from horovod_q8.workloads.datasets import FASHION_MNIST_DIR
+from horovod_q8.workloads.train import number_problems, refuse
+
+MINIMUMS = (("np", 2, "one process sends nothing, so every compression would look alike"),
+            ("epochs", 1, "0 trains and evaluates nothing"))
 
 
 def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
@@ -26,6 +31,19 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("--stock", action="store_true", help="hvd.DistributedOptimizer instead of the fused path")
     p.add_argument("--out", default=None, help="folder for the per-run JSON summaries")
     return p
+
+
+def check_args(args: argparse.Namespace) -> List[str]:
+    """Everything wrong with `horovod-q8 compare`'s arguments (empty when they make sense)."""
+    problems = number_problems(args, MINIMUMS)
+    chosen = args.compressions.split(",")
+    unknown = [n for n in chosen if n not in COMPRESSION_NAMES]
+    if unknown:
+        problems.append(f"--compressions: unknown {', '.join(map(repr, unknown))}; "
+                        f"choose from {', '.join(COMPRESSION_NAMES)}")
+    elif len(set(chosen)) < len(chosen):
+        problems.append(f"--compressions names one twice: {args.compressions}")
+    return problems
 
 
 def _mnist_downloadable() -> bool:
@@ -42,6 +60,7 @@ def _horovodrun() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse(check_args(args), build_parser)
     from horovod_q8.bench.common import machine, markdown
 
     data_dir: Optional[str] = args.data_dir

@@ -34,8 +34,12 @@ import time
 from typing import List, Optional
 
 from horovod_q8.formats import COMPRESSION_NAMES, CODEBOOK, get
+from horovod_q8.workloads.train import number_problems, refuse
 
 ACTIVATION_NAMES = ("none", *[n for n in COMPRESSION_NAMES[2:] if get(n).kind == CODEBOOK])
+MINIMUMS = (("epochs", 1, "0 trains and evaluates nothing"), ("batch_size", 1, ""),
+            ("steps_per_epoch", 1, "leave it out for whole epochs"), ("warmup_epochs", 0, ""),
+            ("fc_units", 1, ""))
 
 
 def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
@@ -59,6 +63,11 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
     p.add_argument("--results-json", default=None, help="rank 0 writes the summary here")
     p.add_argument("--verbose", type=int, default=1)
     return p
+
+
+def check_args(args: argparse.Namespace) -> List[str]:
+    """Everything wrong with `horovod-q8 hybrid`'s arguments (empty when they make sense)."""
+    return number_problems(args, MINIMUMS)
 
 
 def _conv_features():
@@ -105,7 +114,7 @@ def gradient_tape(tape, model, compression, fused: bool):
     """Horovod's tape over the conv gradients; the sharded weights registered as local."""
     import horovod.tensorflow as hvd
 
-    from horovod_q8.tensorflow.fused import DistributedGradientTape
+    from horovod_q8.tensorflow.tape import DistributedGradientTape
     from horovod_q8.tensorflow.layers import local_variables
 
     dtape = (DistributedGradientTape if fused else hvd.DistributedGradientTape)(tape, compression=compression)
@@ -146,6 +155,7 @@ def lr_schedule(lr: float, warmup_steps: int, total_steps: int = 0):
 
 def run(args: argparse.Namespace) -> dict:
     """Train and evaluate; return (on every rank) the summary that rank 0 prints."""
+    refuse(check_args(args), build_parser)
     import horovod.tensorflow as hvd
     import numpy as np
     import tensorflow as tf

@@ -5,18 +5,30 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional, Sequence, Tuple
 
-from horovod_q8.formats import COMPRESSION_NAMES
+from horovod_q8.formats import CODEBOOK, COMPRESSION_NAMES, get, names
 
 DATASETS = ("mnist", "cifar10", "imagenet")
 DEFAULTS = {"mnist": dict(batch_size=64, lr=0.02, epochs=3),
             "cifar10": dict(batch_size=128, lr=0.05, epochs=30),
             "imagenet": dict(batch_size=64, lr=0.0125, epochs=90)}
 SHAPES = {"mnist": (28, 28, 1), "cifar10": (32, 32, 3)}
+HOROVOD_OWN = ("none", "fp16")
+SEED_MAX = 2 ** 32 - 1  # numpy's and TensorFlow's seed range
+# (option, smallest value, why): numbers that mean nothing below their minimum.
+MINIMUMS: Tuple[Tuple[str, float, str], ...] = (
+    ("epochs", 1, "0 trains and evaluates nothing"),
+    ("batch_size", 1, ""),
+    ("steps_per_epoch", 1, "leave it out for whole epochs"),
+    ("warmup_epochs", 0, ""),
+    ("num_classes", 1, ""),
+    ("image_size", 1, ""),
+)
 
 
 def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
@@ -41,6 +53,59 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
     p.add_argument("--results-json", default=None, help="rank 0 writes the summary here")
     p.add_argument("--verbose", type=int, default=1)
     return p
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def number_problems(args: argparse.Namespace, minimums: Sequence[Tuple[str, float, str]]) -> List[str]:
+    """A line per number option (given, not None) that is non-finite or below its minimum,
+    and for --lr (must be > 0) and --seed (0 to 2**32-1)."""
+    out = []
+    for dest, low, why in minimums:
+        value = getattr(args, dest, None)
+        if value is not None and (not math.isfinite(value) or value < low):
+            out.append(f"{_flag(dest)} must be >= {low}{f' ({why})' if why else ''}, got {value}")
+    lr = getattr(args, "lr", None)
+    if lr is not None and not (math.isfinite(lr) and lr > 0):
+        out.append(f"--lr must be a finite number > 0, got {lr}")
+    seed = getattr(args, "seed", None)
+    if seed is not None and not 0 <= seed <= SEED_MAX:
+        out.append(f"--seed must be from 0 to {SEED_MAX}, got {seed}")
+    return out
+
+
+def compression_problems(compression: str, block_size: Optional[int],
+                         threshold: Optional[float]) -> List[str]:
+    """A line per compression option that does not apply to `compression` or has a bad value."""
+    given = {"--block-size": block_size, "--threshold": threshold}
+    if compression in HOROVOD_OWN:
+        return [f"{flag} does not apply to --compression {compression} (Horovod's own)"
+                for flag, value in given.items() if value is not None]
+    codebook = get(compression).kind == CODEBOOK
+    wrong = "--threshold" if codebook else "--block-size"
+    if given[wrong] is not None:
+        others = [n for n in names() if (get(n).kind == CODEBOOK) != codebook]
+        return [f"{wrong} does not apply to --compression {compression}; it applies to "
+                f"{', '.join(others)}"]
+    try:
+        get(compression, block_size=block_size, threshold=threshold)
+    except ValueError as e:
+        return [str(e)]
+    return []
+
+
+def refuse(problems: List[str], parser: Callable[[], argparse.ArgumentParser]) -> None:
+    """Exit 2 with argparse's usage line and every problem, before TensorFlow is imported."""
+    if problems:
+        parser().error("; ".join(problems))
+
+
+def check_args(args: argparse.Namespace) -> List[str]:
+    """Everything wrong with `horovod-q8 train`'s arguments (empty when they make sense)."""
+    return (number_problems(args, MINIMUMS)
+            + compression_problems(args.compression, args.block_size, args.threshold))
 
 
 def _load(args, hvd, tf):
@@ -140,6 +205,7 @@ def _threads(tf, hvd) -> None:
 
 def run(args: argparse.Namespace) -> dict:
     """Train; return (on every rank) the summary that rank 0 prints."""
+    refuse(check_args(args), build_parser)
     import horovod.tensorflow.keras as hvd
     import tensorflow as tf
 
