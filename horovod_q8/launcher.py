@@ -2,7 +2,12 @@
 
 Templates live in launch/ (shipped as package data): horovodrun (Gloo, MPI), mpirun for
 OpenMPI 4 (TCP + NCCL over InfiniBand) and OpenMPI 5 (UCX), Slurm batch scripts (srun with
-PMIx, mpirun inside the allocation) and a hostfile. Placeholders are `${NAME}`.
+PMIx, mpirun inside the allocation) and a hostfile. Placeholders are `${NAME}`. Comment
+lines keep their placeholders as written (they document the template); values are filled
+into commands and `#SBATCH` directives only. Every value is one line: words are
+shell-quoted (with `$'...'` when they hold control characters, so a multi-line
+`python -c` program reaches the command exactly), and values that must be one line
+(hosts, interfaces, job name, time) are refused when they hold a control character.
 """
 from __future__ import annotations
 
@@ -12,14 +17,19 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import unicodedata
 from importlib import resources
 from pathlib import Path
 from string import Template
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 TEMPLATES = ("horovodrun_gloo.sh", "horovodrun_mpi.sh", "mpirun_ompi4_ib.sh", "mpirun_ompi5_ucx.sh",
              "slurm_srun.sbatch", "slurm_mpirun.sbatch", "hostfile")
 _PLACEHOLDER = re.compile(r"(?<!\$)\$\{([A-Z_][A-Z0-9_]*)\}")  # $${X} is a literal ${X}
+_CONTROL = ("Cc", "Zl", "Zp")  # control characters and Unicode line/paragraph separators
+_HOST = re.compile(r"^[A-Za-z0-9_.@-]+$")
+# Slurm's --time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or no limit.
+_SLURM_TIME = re.compile(r"^(\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|UNLIMITED|INFINITE)$")
 
 
 class LaunchError(ValueError):
@@ -41,56 +51,165 @@ def placeholders(text: str) -> List[str]:
     return sorted(set(_PLACEHOLDER.findall(text)))
 
 
+def is_comment(line: str) -> bool:
+    """A shell / hostfile comment line; `#SBATCH` directives are not comments."""
+    stripped = line.lstrip()
+    return stripped.startswith("#") and not stripped.startswith("#SBATCH")
+
+
+def control_characters(value: str) -> List[str]:
+    """The control characters (newline, tab, NUL, ...) in value, as escapes like '\\n'."""
+    return sorted({repr(c)[1:-1] for c in value if unicodedata.category(c) in _CONTROL})
+
+
+def shell_word(value: str) -> str:
+    """value as one shell word on one line: shlex.quote, or $'...' when it holds control
+    characters (each written as an escape, so the word never spans lines)."""
+    if "\0" in value:
+        raise LaunchError(f"{value!r} holds a NUL character, which no command argument can carry")
+    if not control_characters(value):
+        return shlex.quote(value)
+    out = []
+    for c in value:
+        if c in "\\'":
+            out.append("\\" + c)
+        elif c == "\n":
+            out.append("\\n")
+        elif c == "\t":
+            out.append("\\t")
+        elif unicodedata.category(c) in _CONTROL:  # the UTF-8 bytes: exact whatever the locale
+            out.extend(f"\\x{b:02x}" for b in c.encode("utf-8"))
+        else:
+            out.append(c)
+    return "$'" + "".join(out) + "'"
+
+
+def shell_words(words: Iterable[str]) -> str:
+    """Words joined for a command line, each quoted by shell_word."""
+    return " ".join(shell_word(w) for w in words)
+
+
+def one_line(option: str, value: str) -> str:
+    """value, refused if it holds a control character (it goes where only one line can)."""
+    bad = control_characters(value)
+    if bad:
+        raise LaunchError(f"{option} {value!r} holds control characters ({', '.join(bad)}); "
+                          "give it on one line without them")
+    return value
+
+
+def _check_line(name: str, lineno: int, line: str, values: Dict[str, str]) -> None:
+    """Only a placeholder alone on its line may take a multi-line value (EXPORTS,
+    HOST_LINES: one complete line each); anything else would leave its line."""
+    for p in _PLACEHOLDER.findall(line):
+        value = values[p]
+        bad = control_characters(value.replace("\n", ""))
+        if bad:
+            raise LaunchError(f"value of {p} holds control characters ({', '.join(bad)})")
+        if "\n" in value and line.strip() != "${" + p + "}":
+            raise LaunchError(f"template {name} line {lineno}: {p} has several lines but shares its "
+                              "line with other text; give it on one line")
+
+
 def render(name: str, values: Dict[str, str]) -> str:
-    """The template filled in; every placeholder needs a value (an empty string is a value)."""
+    """The template filled in; every placeholder needs a value (an empty string is a value).
+    Comment lines are kept as written, so no value ever lands in a comment."""
     text = template_text(name)
     missing = [p for p in placeholders(text) if values.get(p) is None]
     if missing:
         raise LaunchError(f"template {name} needs values for {', '.join(missing)}")
-    return Template(text).substitute({k: str(v) for k, v in values.items() if v is not None})
+    values = {k: str(v) for k, v in values.items() if v is not None}
+    lines = []
+    for lineno, line in enumerate(text.splitlines(keepends=True), 1):
+        if is_comment(line):
+            lines.append(line)
+            continue
+        _check_line(name, lineno, line, values)
+        lines.append(Template(line).substitute(values))
+    return "".join(lines)
 
 
-def _hosts(args) -> List[str]:
+def host_name(value: str) -> str:
+    """A host name or address, refused if it could not stand as one word in a hostfile or -H."""
+    one_line("host", value)
+    if not _HOST.match(value):
+        raise LaunchError(f"host {value!r} is not a host name; use letters, digits, '.', '-', '_' "
+                          "(and user@host), one host per entry")
+    return value
+
+
+def _hosts(args: argparse.Namespace) -> List[str]:
+    """The host names from --hostfile (first word of each line) or --hosts, each checked."""
     if args.hostfile:
         path = Path(args.hostfile)
-        if not path.exists():
-            raise LaunchError(f"hostfile {path} does not exist")
+        if not path.is_file():
+            raise LaunchError(f"hostfile {path} does not exist or is not a file")
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise LaunchError(f"cannot read hostfile {path}: {e}") from None
         hosts = []
-        for line in path.read_text().splitlines():
+        for line in text.splitlines():
             line = line.split("#", 1)[0].strip()
             if line:
                 hosts.append(line.split()[0])
-        return hosts
-    return [h for h in (args.hosts or "").split(",") if h]
+    else:
+        hosts = [h for h in (args.hosts or "").split(",") if h]
+    return [host_name(h) for h in hosts]
+
+
+def positive(option: str, value: Optional[int]) -> Optional[int]:
+    """value, refused unless it is None (not given) or a whole number of at least 1."""
+    if value is not None and value < 1:
+        raise LaunchError(f"{option} must be a whole number of at least 1, got {value}")
+    return value
+
+
+def slurm_time(value: str) -> str:
+    """A Slurm --time value, refused unless it has one of Slurm's forms."""
+    one_line("--time", value)
+    if not _SLURM_TIME.match(value):
+        raise LaunchError(f"--time {value!r} is not a Slurm time; use minutes, H:M:S, D-H:M:S "
+                          "(e.g. 01:00:00) or UNLIMITED")
+    return value
+
+
+def _env(items: List[str]) -> List[List[str]]:
+    """[name, value] pairs from the --env VAR=value items."""
+    env = []
+    for item in items:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", item):
+            raise LaunchError(f"--env wants VAR=value, got {item!r}")
+        env.append(item.split("=", 1))
+    return env
 
 
 def values_from_args(args: argparse.Namespace) -> Dict[str, Optional[str]]:
     """Placeholder values from the command-line options, quoted for the shell."""
+    positive("--nodes", args.nodes)
+    gpus = positive("--gpus-per-node", args.gpus_per_node)
     hosts = _hosts(args)
     if hosts and args.nodes and len(hosts) != args.nodes:
         raise LaunchError(f"--nodes {args.nodes} but {len(hosts)} hosts given")
     nodes = args.nodes or len(hosts) or None
-    env = []
-    for item in args.env:
-        if "=" not in item or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", item):
-            raise LaunchError(f"--env wants VAR=value, got {item!r}")
-        env.append(item.split("=", 1))
-    gpus = args.gpus_per_node
+    env = _env(args.env)
+    iface = one_line("--iface", args.iface) if args.iface else None
+    ib_device = one_line("--ib-device", args.ib_device) if args.ib_device else None
     return {
         "NP": str(nodes * gpus) if nodes and gpus else None,
         "NODES": str(nodes) if nodes else None,
         "GPUS_PER_NODE": str(gpus) if gpus else None,
-        "HOSTS": ",".join(f"{shlex.quote(h)}:{gpus}" for h in hosts) if hosts and gpus else None,
+        "HOSTS": ",".join(f"{h}:{gpus}" for h in hosts) if hosts and gpus else None,
         "HOST_LINES": "\n".join(f"{h} slots={gpus}" for h in hosts) if hosts and gpus else None,
-        "IFACE": shlex.quote(args.iface) if args.iface else None,
-        "IB_DEVICE": shlex.quote(args.ib_device) if args.ib_device else None,
-        "EXPORTS": "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env),
-        "MPI_ENV": " ".join(f"-x {shlex.quote(k + '=' + v)}" for k, v in env),
-        "MPI_EXTRA": " ".join(shlex.quote(a) for a in args.mpi_arg),
+        "IFACE": shlex.quote(iface) if iface else None,
+        "IB_DEVICE": shlex.quote(ib_device) if ib_device else None,
+        "EXPORTS": "\n".join(f"export {k}={shell_word(v)}" for k, v in env),
+        "MPI_ENV": " ".join(f"-x {shell_word(k + '=' + v)}" for k, v in env),
+        "MPI_EXTRA": shell_words(args.mpi_arg),
         "SBATCH_GPUS": "" if args.no_gpus else (f"#SBATCH --gpus-per-node={gpus}" if gpus else None),
-        "JOB_NAME": shlex.quote(args.job_name),
-        "TIME": args.time,
-        "COMMAND": shlex.join(args.command) if args.command else None,
+        "JOB_NAME": shlex.quote(one_line("--job-name", args.job_name)),
+        "TIME": slurm_time(args.time),
+        "COMMAND": shell_words(args.command) if args.command else None,
     }
 
 
@@ -136,7 +255,10 @@ def run(args: argparse.Namespace) -> int:
         print(f.name)
         return 0
     runner = ["sbatch"] if args.template.endswith(".sbatch") else ["bash"]
-    return subprocess.call(runner + [f.name])
+    try:
+        return subprocess.call(runner + [f.name])
+    finally:  # sbatch keeps its own copy of the script once it has submitted it
+        Path(f.name).unlink(missing_ok=True)
 
 
 def main(argv=None) -> None:

@@ -38,14 +38,14 @@ def mnist(folder: Path, n_train: int = 512, n_test: int = 128, gz: bool = True) 
     return folder
 
 
-def cifar10(folder: Path, per_batch: int = 64) -> Path:
+def cifar10(folder: Path, per_batch: int = 64, protocol: int = pickle.DEFAULT_PROTOCOL) -> Path:
     d = folder / "cifar-10-batches-py"
     d.mkdir(parents=True, exist_ok=True)
     for i, name in enumerate([f"data_batch_{k}" for k in range(1, 6)] + ["test_batch"]):
         x, y = images(per_batch, (32, 32, 3), 10, i)
         batch = {b"data": x.transpose(0, 3, 1, 2).reshape(per_batch, -1), b"labels": list(map(int, y))}
         with open(d / name, "wb") as f:
-            pickle.dump(batch, f)
+            pickle.dump(batch, f, protocol=protocol)
     return folder
 
 

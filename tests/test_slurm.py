@@ -2,6 +2,7 @@
 the test, the rendered slurm_srun.sbatch submitted with sbatch, 2 tasks via PMIx."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -102,3 +103,31 @@ def test_rendered_sbatch_runs_two_ranks_through_pmix(slurm, tmp_path):
     assert proc.returncode == 0, proc.stderr + out[-4000:]
     assert "SUMMARY compression=q8 fused=True ranks=2" in out, out[-4000:]
 
+
+
+PROGRAM = """import json, sys
+with open(sys.argv[1], "w") as f:
+    json.dump(sys.argv[2:], f)
+"""
+
+
+def test_sbatch_takes_a_quoted_job_name_and_a_multiline_command(slurm, tmp_path):
+    """The real sbatch parses `#SBATCH --job-name='two words'` and srun gets a multi-line
+    `python -c` program and awkward arguments exactly as given."""
+    env, _ = slurm
+    out = tmp_path / "argv.json"
+    words = ["it's", "two\nlines", "$HOME", "a b"]
+    args = launcher.build_parser().parse_args(["slurm_srun.sbatch", "--nodes", "1", "--gpus-per-node", "1",
+                                               "--no-gpus", "--iface", "lo", "--ib-device", "mlx5_0",
+                                               "--job-name", "q8 two words", "--time", "00:05:00"])
+    args.command = [sys.executable, "-c", PROGRAM, str(out), *words]
+    script = tmp_path / "job.sbatch"
+    script.write_text(launcher.render("slurm_srun.sbatch", launcher.values_from_args(args)))
+    proc = subprocess.run(["sbatch", "--parsable", "--wait", "--output", str(tmp_path / "out.txt"), str(script)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    log = (tmp_path / "out.txt").read_text() if (tmp_path / "out.txt").exists() else ""
+    assert proc.returncode == 0, proc.stderr + log
+    assert json.loads(out.read_text()) == words
+    job = proc.stdout.strip().split(";")[0]
+    shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, env=env).stdout
+    assert "JobName=q8 two words" in shown, shown

@@ -1,14 +1,17 @@
 """Real dataset loaders (MNIST IDX, CIFAR-10 python batches, ImageNet JPEG folders and
 TFRecords) and synthetic data of the same shapes. A missing or malformed dataset raises
-DatasetError saying what was expected where."""
+DatasetError naming the file and saying what was expected; shapes, counts and label
+ranges are checked when loading, so a bad file never fails in the middle of training."""
 from __future__ import annotations
 
 import gzip
+import math
 import pickle
 import struct
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
@@ -16,6 +19,14 @@ FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 MNIST_FILES = {"train_x": "train-images-idx3-ubyte", "train_y": "train-labels-idx1-ubyte",
                "test_x": "t10k-images-idx3-ubyte", "test_y": "t10k-labels-idx1-ubyte"}
 IMAGENET_SIZE = 224
+CLASSES = 10  # MNIST and CIFAR-10
+CIFAR_SHAPE = (3, 32, 32)  # one row of a batch's data: 1024 red, 1024 green, 1024 blue
+# What a CIFAR-10 batch pickle may reference: numpy arrays and nothing else. Pickle can
+# call any importable function, so a crafted "dataset" must not run code here.
+_CIFAR_PICKLE_GLOBALS = {(f"numpy.{core}.{module}", name) for core in ("core", "_core")
+                         for module, name in (("multiarray", "_reconstruct"), ("multiarray", "scalar"),
+                                              ("numeric", "_frombuffer"))}
+_CIFAR_PICKLE_GLOBALS |= {("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")}
 
 
 class DatasetError(RuntimeError):
@@ -33,19 +44,58 @@ class ArrayData:
     classes: int
 
 
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, gunzipped for .gz; a file that cannot be read is a DatasetError."""
+    if path.is_dir():
+        raise DatasetError(f"{path} is a directory; expected a file")
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rb") as f:
+                return f.read()
+        return path.read_bytes()
+    except (gzip.BadGzipFile, zlib.error) as e:
+        raise DatasetError(f"{path} is not a valid gzip file ({e}); gunzip it or download it again") from None
+    except EOFError:
+        raise DatasetError(f"{path} is truncated (the gzip stream ends early); download it again") from None
+    except OSError as e:
+        raise DatasetError(f"cannot read {path}: {e.strerror or e}") from None
+
+
 def read_idx(path: Path) -> np.ndarray:
-    """An IDX file (optionally .gz) as a uint8 array."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        raw = f.read()
+    """An IDX file (optionally .gz) as a uint8 array of at least one dimension."""
+    raw = _read_bytes(path)
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
         raise DatasetError(f"{path} is not an unsigned-byte IDX file")
     ndim = raw[3]
+    if ndim == 0:
+        raise DatasetError(f"{path}: IDX header says 0 dimensions; expected images (3) or labels (1)")
+    if len(raw) < 4 + 4 * ndim:
+        raise DatasetError(f"{path}: IDX header says {ndim} dimensions but the file ends after "
+                           f"{len(raw)} bytes, inside the header")
     dims = struct.unpack(">" + "I" * ndim, raw[4: 4 + 4 * ndim])
     data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
-    if data.size != int(np.prod(dims)):
+    if data.size != math.prod(dims):  # math.prod: exact for any header, no int64 overflow
         raise DatasetError(f"{path}: header says {dims} but holds {data.size} bytes")
     return data.reshape(dims)
+
+
+def check_split(name: str, x: np.ndarray, y: np.ndarray, shape: Tuple[int, ...], classes: int,
+                x_source: str, y_source: str) -> None:
+    """Refuse a split whose images are not `shape`, whose label count differs from its image
+    count, that is empty, or whose labels are outside 0..classes-1."""
+    if x.ndim != len(shape) + 1 or x.shape[1:] != shape:
+        raise DatasetError(f"{name}: {x_source} holds an array of shape {x.shape}, expected "
+                           f"(N, {', '.join(map(str, shape))}): N images of {'x'.join(map(str, shape))}")
+    if y.ndim != 1:
+        raise DatasetError(f"{name}: {y_source} holds labels of shape {y.shape}, expected one label per image")
+    if len(x) != len(y):
+        raise DatasetError(f"{name}: {x_source} has {len(x)} images but {y_source} has {len(y)} labels")
+    if len(x) == 0:
+        raise DatasetError(f"{name}: {x_source} holds no images")
+    bad = y[(y < 0) | (y >= classes)]
+    if bad.size:
+        raise DatasetError(f"{name}: {y_source} has label {int(bad[0])} ({bad.size} such), expected "
+                           f"0..{classes - 1}")
 
 
 def _find(data_dir: Path, stem: str) -> Path:
@@ -65,15 +115,70 @@ def load_mnist(data_dir: Optional[str]) -> ArrayData:
         except Exception as e:  # no internet
             raise DatasetError(f"MNIST download failed ({e}); pass --data-dir with IDX files, e.g. "
                                f"{FASHION_MNIST_DIR}") from None
+        sources = {k: f"Keras' MNIST {k}" for k in MNIST_FILES}
     else:
         d = Path(data_dir)
         if not d.is_dir():
             raise DatasetError(f"MNIST: data directory {d} does not exist")
-        xt, yt, xv, yv = (read_idx(_find(d, MNIST_FILES[k])) for k in ("train_x", "train_y", "test_x", "test_y"))
-    if xt.shape[1:] != (28, 28) or len(xt) != len(yt) or len(xv) != len(yv):
-        raise DatasetError(f"MNIST: expected 28x28 images with one label each, got {xt.shape}, {yt.shape}")
+        paths = {k: _find(d, stem) for k, stem in MNIST_FILES.items()}
+        xt, yt, xv, yv = (read_idx(paths[k]) for k in ("train_x", "train_y", "test_x", "test_y"))
+        sources = {k: str(p) for k, p in paths.items()}
+    check_split("MNIST train set", xt, yt, (28, 28), CLASSES, sources["train_x"], sources["train_y"])
+    check_split("MNIST test set", xv, yv, (28, 28), CLASSES, sources["test_x"], sources["test_y"])
     prep = lambda x: (x.astype(np.float32) / 255.0)[..., None]  # noqa: E731
-    return ArrayData(prep(xt), yt.astype(np.int64), prep(xv), yv.astype(np.int64), 10)
+    return ArrayData(prep(xt), yt.astype(np.int64), prep(xv), yv.astype(np.int64), CLASSES)
+
+
+class _ArraysOnly(pickle.Unpickler):
+    """An unpickler that rebuilds numpy arrays and refuses every other global."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _CIFAR_PICKLE_GLOBALS:
+            raise pickle.UnpicklingError(f"it references {module}.{name}, which a CIFAR batch never does "
+                                         "(only numpy arrays are loaded, since pickle can run code)")
+        return super().find_class(module, name)
+
+
+def _field(batch: dict, key: str) -> Any:
+    """batch[key], whether the pickle's keys are bytes (the original files) or str."""
+    for k in (key.encode(), key):
+        if k in batch:
+            return batch[k]
+    raise KeyError(key)
+
+
+def _fits_uint8(a: np.ndarray) -> bool:
+    """Integers, all in 0..255 (pixels stored in a wider integer type)."""
+    return a.dtype.kind in "iu" and (a.size == 0 or (0 <= a.min() and a.max() <= 255))
+
+
+def read_cifar_batch(path: Path) -> Tuple[np.ndarray, np.ndarray]:
+    """(images NHWC uint8, labels int64) from one CIFAR-10 python batch file."""
+    if path.is_dir():
+        raise DatasetError(f"CIFAR-10: {path} is a directory; expected a batch file")
+    try:
+        with open(path, "rb") as f:
+            batch = _ArraysOnly(f, encoding="bytes").load()
+    except OSError as e:
+        raise DatasetError(f"CIFAR-10: cannot read {path}: {e.strerror or e}") from None
+    except Exception as e:  # pickle raises many kinds for bytes that are not a pickle
+        raise DatasetError(f"CIFAR-10: {path} is not a CIFAR python batch ({e})") from None
+    if not isinstance(batch, dict):
+        raise DatasetError(f"CIFAR-10: {path} is not a CIFAR python batch (it holds a "
+                           f"{type(batch).__name__}, expected a dict with data and labels)")
+    try:
+        data, labels = np.asarray(_field(batch, "data")), np.asarray(_field(batch, "labels"))
+    except KeyError as e:
+        raise DatasetError(f"CIFAR-10: {path} is not a CIFAR python batch (no {e} entry)") from None
+    row = math.prod(CIFAR_SHAPE)
+    if data.ndim != 2 or data.shape[1] != row:
+        raise DatasetError(f"CIFAR-10: {path} holds data of shape {data.shape}, expected (images, {row})")
+    if data.dtype != np.uint8 and not _fits_uint8(data):
+        raise DatasetError(f"CIFAR-10: {path} holds data of type {data.dtype} that is not bytes 0..255")
+    if labels.dtype.kind not in "iu":
+        raise DatasetError(f"CIFAR-10: {path} holds labels of type {labels.dtype}, expected integers")
+    x = data.astype(np.uint8).reshape(-1, *CIFAR_SHAPE).transpose(0, 2, 3, 1)
+    return x, labels.astype(np.int64)
 
 
 def load_cifar10(data_dir: Optional[str]) -> ArrayData:
@@ -86,24 +191,22 @@ def load_cifar10(data_dir: Optional[str]) -> ArrayData:
             raise DatasetError(f"CIFAR-10 download failed ({e}); pass --data-dir with the "
                                "cifar-10-batches-py folder") from None
         yt, yv = yt.reshape(-1), yv.reshape(-1)
+        check_split("CIFAR-10 train set", xt, yt, (32, 32, 3), CLASSES, "Keras' train images", "Keras' train labels")
+        check_split("CIFAR-10 test set", xv, yv, (32, 32, 3), CLASSES, "Keras' test images", "Keras' test labels")
     else:
         d = Path(data_dir)
         if (d / "cifar-10-batches-py").is_dir():
             d = d / "cifar-10-batches-py"
         names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
-        missing = [n for n in names if not (d / n).exists()]
+        missing = [n for n in names if not (d / n).exists()]  # a directory there: read_cifar_batch says so
         if missing:
             raise DatasetError(f"CIFAR-10: expected {', '.join(missing)} in {d} (the python version, "
                                "cifar-10-batches-py)")
         parts = []
         for n in names:
-            try:
-                with open(d / n, "rb") as f:
-                    batch = pickle.load(f, encoding="bytes")
-                x = np.asarray(batch[b"data"], np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
-                y = np.asarray(batch[b"labels"], np.int64)
-            except Exception as e:
-                raise DatasetError(f"CIFAR-10: {d / n} is not a CIFAR python batch ({e})") from None
+            x, y = read_cifar_batch(d / n)
+            split = "CIFAR-10 test set" if n == "test_batch" else "CIFAR-10 train set"
+            check_split(split, x, y, (32, 32, 3), CLASSES, str(d / n), str(d / n))
             parts.append((x, y))
         xt = np.concatenate([p[0] for p in parts[:5]])
         yt = np.concatenate([p[1] for p in parts[:5]])
@@ -111,7 +214,7 @@ def load_cifar10(data_dir: Optional[str]) -> ArrayData:
     mean = np.array([0.4914, 0.4822, 0.4465], np.float32)
     std = np.array([0.2470, 0.2435, 0.2616], np.float32)
     prep = lambda x: (x.astype(np.float32) / 255.0 - mean) / std  # noqa: E731
-    return ArrayData(prep(xt), yt.astype(np.int64), prep(xv), yv.astype(np.int64), 10)
+    return ArrayData(prep(xt), yt.astype(np.int64), prep(xv), yv.astype(np.int64), CLASSES)
 
 
 def synthetic(shape: tuple, classes: int, n_train: int, n_test: int, seed: int = 0) -> ArrayData:
