@@ -11,9 +11,8 @@ setup(
                  "horovod_q8.launch": "launch"},
     package_data={"horovod_q8.kernels": ["*.cu"], "horovod_q8.launch": ["*.sh", "*.sbatch", "hostfile"]},
     python_requires=">=3.9",
-    install_requires=["numpy>=1.23"],
+    install_requires=["numpy>=1.23", "numba>=0.59"],  # the fast CPU codec is the product
     extras_require={
-        "cpu": ["numba>=0.59"],
         "tf": ["tensorflow-cpu==2.15.1", "horovod==0.28.1", "mpi4py>=3.1"],
         "cuda12": ["cupy-cuda12x>=13"],
         "cuda13": ["cupy-cuda13x>=13.6"],

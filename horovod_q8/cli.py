@@ -1,74 +1,62 @@
-"""The `horovod-q8` command: one entry point, subcommands loaded lazily."""
+"""The `horovod-q8` command: one entry point; a subcommand's module loads only when it runs,
+so a missing optional piece (TensorFlow, Horovod, mpi4py, numba) breaks only what needs it."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
+
+# name: (module with build_parser(p) and run(args), help, run returns an exit code)
+COMMANDS: Dict[str, Tuple[str, str, bool]] = {
+    "train": ("horovod_q8.workloads.train", "Keras training under horovodrun/mpirun", False),
+    "hybrid": ("horovod_q8.workloads.hybrid", "data-parallel conv + model-parallel FC, compressed activations", False),
+    "compare": ("horovod_q8.workloads.compare", "the main job: 2-process training per compression, one table", True),
+    "report": ("horovod_q8.workloads.report", "accuracy table and plot from compare runs", False),
+    "launch": ("horovod_q8.launcher", "render a launch template and run or print it", True),
+    "doctor": ("horovod_q8.doctor", "check Horovod, TensorFlow, MPI, CuPy, kernels, network", True),
+    "speedup": ("horovod_q8.speedup.report", "predicted time per step and speedup against GPU count", False),
+    "cluster": ("horovod_q8.cluster.command", "run a job on emulated hosts (netns, tc-shaped links)", True),
+}
+BENCHES: Dict[str, Tuple[str, str, bool]] = {
+    "formats": ("horovod_q8.bench.formats", "error and speed of every format", False),
+    "codec": ("horovod_q8.bench.codec", "codec time per format against a float32 copy", False),
+    "allreduce": ("horovod_q8.bench.allreduce", "compressed allreduce under horovodrun", False),
+    "transfer": ("horovod_q8.bench.transfer", "mpi4py: link alpha/beta, codec rates, transfer and "
+                                              "allreduce per format", False),
+}
+
+
+def _parser(chosen: Optional[str], bench: Optional[str]) -> argparse.ArgumentParser:
+    """Every subcommand listed; only the chosen one's module imported for its options."""
+    parser = argparse.ArgumentParser(prog="horovod-q8", description="8-bit and 4-bit compression for Horovod")
+    sub = parser.add_subparsers(dest="subcommand", required=True)
+    for name, (module, help_, _) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_)
+        if name == chosen:
+            importlib.import_module(module).build_parser(p)
+    benches = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
+    for name, (module, help_, _) in BENCHES.items():
+        p = benches.add_parser(name, help=help_)
+        if chosen == "bench" and name == bench:
+            importlib.import_module(module).build_parser(p)
+    return parser
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    parser = argparse.ArgumentParser(prog="horovod-q8", description="8-bit and 4-bit compression for Horovod")
-    sub = parser.add_subparsers(dest="subcommand", required=True)
-
-    from horovod_q8.workloads import train
-    train.build_parser(sub.add_parser("train", help="Keras training under horovodrun/mpirun"))
-
-    from horovod_q8.workloads import hybrid
-    hybrid.build_parser(sub.add_parser("hybrid", help="data-parallel conv + model-parallel FC, compressed activations"))
-
-    from horovod_q8.workloads import compare
-    compare.build_parser(sub.add_parser("compare", help="the main job: 2-process training per compression, one table"))
-
-    from horovod_q8.workloads import report
-    report.build_parser(sub.add_parser("report", help="accuracy table and plot from compare runs"))
-
-    from horovod_q8 import launcher
-    launcher.build_parser(sub.add_parser("launch", help="render a launch template and run or print it"))
-
-    from horovod_q8 import doctor
-    doctor.build_parser(sub.add_parser("doctor", help="check Horovod, TensorFlow, MPI, CuPy, kernels, network"))
-
-    from horovod_q8.speedup import report as speedup
-    speedup.build_parser(sub.add_parser("speedup", help="predicted time per step and speedup against GPU count"))
-
-    from horovod_q8.cluster import command as cluster
-    cluster.build_parser(sub.add_parser("cluster", help="run a job on emulated hosts (netns, tc-shaped links)"))
-
-    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
-    from horovod_q8.bench import allreduce, formats, transfer
-    formats.build_parser(bench.add_parser("formats", help="error and speed of every format"))
-    allreduce.build_parser(bench.add_parser("allreduce", help="compressed allreduce under horovodrun"))
-    transfer.build_parser(bench.add_parser("transfer", help="mpi4py: link alpha/beta, codec rates, "
-                                                           "transfer and allreduce per format"))
-
     argv = sys.argv[1:] if argv is None else list(argv)
+    chosen = argv[0] if argv and argv[0] in (*COMMANDS, "bench") else None
+    bench = argv[1] if chosen == "bench" and len(argv) > 1 else None
     command: List[str] = []
-    if argv[:1] == ["launch"]:
-        argv, command = launcher.split_command(argv)
-    args = parser.parse_args(argv)
+    if chosen == "launch":
+        from horovod_q8.launcher import split_command
+        argv, command = split_command(argv)
+    args = _parser(chosen, bench).parse_args(argv)
     args.command = command
-    if args.subcommand == "train":
-        train.run(args)
-    elif args.subcommand == "hybrid":
-        hybrid.run(args)
-    elif args.subcommand == "compare":
-        sys.exit(compare.run(args))
-    elif args.subcommand == "report":
-        report.run(args)
-    elif args.subcommand == "doctor":
-        sys.exit(doctor.run(args))
-    elif args.subcommand == "launch":
-        sys.exit(launcher.run(args))
-    elif args.subcommand == "speedup":
-        speedup.run(args)
-    elif args.subcommand == "cluster":
-        sys.exit(cluster.run(args))
-    elif args.bench == "formats":
-        formats.run(args)
-    elif args.bench == "transfer":
-        transfer.run(args)
-    else:
-        allreduce.run(args)
+    module, _, returns_code = BENCHES[args.bench] if args.subcommand == "bench" else COMMANDS[args.subcommand]
+    result = importlib.import_module(module).run(args)
+    if returns_code:
+        sys.exit(result)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from horovod_q8.backends import half
 from horovod_q8.bench.common import barrier_median
 from horovod_q8.bench.pipelined import product_sum, whole_method
 from horovod_q8.bench.ring import ring_allreduce
@@ -144,12 +143,12 @@ class Reducers:
         n = self.x.size
         h, result = self.buffer("half", n, np.float16), self.buffer("out", n, np.float32)
         t0 = time.perf_counter()
-        half.to_half(self.x, out=h)
+        _half().to_half(self.x, out=h)
         t1 = time.perf_counter()
         wire, adds = ring_allreduce(self.comm, h, self.buffer("half_recv", -(-n // self.comm.Get_size()),
-                                                              np.float16), half.add_into)
+                                                              np.float16), _half().add_into)
         t2 = time.perf_counter()
-        half.to_float(h, out=result)
+        _half().to_float(h, out=result)
         self.result = result
         return {"codec": (t1 - t0) + (time.perf_counter() - t2), "wire": wire, "memory": adds}
 
@@ -176,12 +175,12 @@ def p2p(comm, x: np.ndarray, name: str, buffer: Callable) -> Dict[str, float]:
             if dtype == np.float32:
                 comm.Send(x.view(np.uint8), 1)
             else:
-                comm.Send(half.to_half(x, out=buffer("p2p_half", x.size, dtype)).view(np.uint8), 1)
+                comm.Send(_half().to_half(x, out=buffer("p2p_half", x.size, dtype)).view(np.uint8), 1)
         elif rank == 1:
             buf = buffer("p2p_recv", x.size, dtype)
             comm.Recv(buf.view(np.uint8), 0)
             if name == "fp16":
-                half.to_float(buf, out=buffer("p2p_out", x.size, np.float32))
+                _half().to_float(buf, out=buffer("p2p_out", x.size, np.float32))
     else:
         fmt = get(name).for_group("dense")
         buf = buffer("p2p_codes", fmt.nbytes(x.size), np.uint8)
@@ -207,9 +206,9 @@ def codec_rates(comm, x: np.ndarray, name: str, repeats: int) -> Dict[str, float
                     decode_rate=float("inf"), encode_rate_alone=float("inf"),
                     decode_rate_alone=float("inf"))
     if name == "fp16":
-        h, f32 = half.to_half(x), np.empty_like(x)
-        encode = lambda: half.to_half(x, out=h)  # noqa: E731
-        decode = add = lambda: half.to_float(h, out=f32)  # noqa: E731
+        h, f32 = _half().to_half(x), np.empty_like(x)
+        encode = lambda: _half().to_half(x, out=h)  # noqa: E731
+        decode = add = lambda: _half().to_float(h, out=f32)  # noqa: E731
         out = _uncompressed_rates(comm, x, name, repeats)
     else:
         fmt = get(name).for_group("dense")
@@ -235,12 +234,18 @@ def _uncompressed_rates(comm, x: np.ndarray, name: str, repeats: int) -> Dict[st
     segment into the sum (reduce_rate: float32 adds, or float16 adds taken in float32) and, for
     fp32, copy the input into the output buffer (copy_rate; fp16's cast writes its buffer)."""
     if name == "fp16":
-        a = half.to_half(x)
+        a = _half().to_half(x)
         b = a.copy()
-        return {"reduce_rate": x.size / _time(comm, lambda: half.add_into(a, b), repeats)}
+        return {"reduce_rate": x.size / _time(comm, lambda: _half().add_into(a, b), repeats)}
     b = np.ones_like(x)
     return {"copy_rate": x.size / _time(comm, lambda: np.copyto(b, x), repeats),
             "reduce_rate": x.size / _time(comm, lambda: _add_float32(x, b), repeats)}
+
+
+def _half():
+    """The fp16 baseline kernels (Numba), loaded when a method needs them."""
+    from horovod_q8.bench import half
+    return half
 
 
 def _add_float32(received: np.ndarray, into: np.ndarray) -> None:

@@ -14,7 +14,7 @@ import zlib
 import numpy as np
 from mpi4py import MPI
 
-from horovod_q8.backends import half
+from horovod_q8.bench import half
 from horovod_q8.bench.pipelined import product_sum
 from horovod_q8.bench.ring import ring_allreduce, segments
 from horovod_q8.bench.transfer import Reducers
