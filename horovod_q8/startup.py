@@ -28,14 +28,3 @@ def check_world_size(horovod_size: int, env: Mapping[str, str] = os.environ) -> 
         "`srun --mpi=pmix` (or pmi2), or mpirun/horovodrun inside the allocation. "
         "Also check that every process uses the same Horovod controller (Gloo or MPI).")
 
-
-# Horovod's stall inspector: warn after STALL_CHECK_S when ranks wait on different
-# collectives (e.g. one rank compresses with horovod_q8, another uses hvd.Compression.none),
-# shut the job down after STALL_SHUTDOWN_S instead of hanging. Set either variable to change it.
-STALL_CHECK_S, STALL_SHUTDOWN_S = 30, 90
-
-
-def stall_defaults(env=os.environ) -> None:
-    """Default Horovod's stall check and shutdown times unless the user set them (before hvd.init)."""
-    env.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", str(STALL_CHECK_S))
-    env.setdefault("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", str(STALL_SHUTDOWN_S))

@@ -5,7 +5,9 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -21,17 +23,19 @@ def horovodrun() -> str:
     return str(found) if found.exists() else shutil.which("horovodrun")
 
 
-def run(np_: int, script: str, *args: str, controller: str = "--gloo", timeout: int = 1200):
+def run(np_: int, script: str, *args: str, controller: str = "--gloo", timeout: int = 1200,
+        env: Optional[dict] = None):
     cmd = [horovodrun(), "-np", str(np_), "-H", f"localhost:{np_}", controller,
            sys.executable, str(HERE / script), *args]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     out = proc.stdout + proc.stderr
     return proc.returncode, out
 
 
 def assert_ok(rc: int, out: str) -> None:
-    assert rc == 0 and "OK" in out.splitlines()[-50:].__str__(), out[-6000:]
+    """The scripts raise on any failed check: the verdict is the exit code."""
+    assert rc == 0, out[-6000:]
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -47,9 +51,23 @@ def test_keras_fit_mpi_3_ranks():
     assert_ok(*run(3, "keras_training.py", "q8", controller="--mpi"))
 
 
-@pytest.mark.parametrize("what", ["block", "format"])
+@pytest.mark.parametrize("what", ["block", "format", "min_size"])
 def test_mismatched_settings_stop_with_a_clear_error(what):
     rc, out = run(2, "config_mismatch.py", what, timeout=300)
     assert rc == 0, out[-4000:]
     assert out.count("MISMATCH-DETECTED") == 2, out[-4000:]
-    assert ("block_size=1024" in out) if what == "block" else ("'q8' here vs 'q4' there" in out or "'q4' here vs 'q8' there" in out)
+    expected = {"block": "block_size=1024", "min_size": "min_size=1024"}.get(what)
+    assert (expected in out) if expected else ("'q8' here vs 'q4' there" in out or "'q4' here vs 'q8' there" in out)
+
+
+def test_rank_without_horovod_q8_ends_the_job_instead_of_hanging():
+    """Rank 1 uses hvd.Compression.none: our code cannot see it and Horovod's collectives
+    cannot time out; the settings check's watchdog ends the job with a message."""
+    t0 = time.monotonic()
+    rc, out = run(2, "config_mismatch.py", "horovod_none", timeout=300,
+                  env={"HOROVOD_Q8_CHECK_TIMEOUT_S": "20"})
+    took = time.monotonic() - t0
+    assert rc != 0, out[-4000:]
+    assert "waited 20 s for every rank's compression settings" in out, out[-4000:]
+    assert "hvd.Compression.none" in out, out[-4000:]
+    assert took < 200, took

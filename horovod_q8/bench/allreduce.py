@@ -18,6 +18,9 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--resnet50", action="store_true", help="also ResNet-50's gradient list")
     p.add_argument("--no-sizes", action="store_true", help="skip the single-tensor sizes")
+    p.add_argument("--breakdown", action="store_true",
+                   help="where the time goes (codec, collectives, host calls, rest) for one tensor")
+    p.add_argument("--breakdown-elements", type=int, default=25_600_000)
     p.add_argument("--pipeline-elements", default="0",
                    help="comma list; each q-format runs once per value (0: whole tensor), "
                         "labelled e.g. q8/p4194304")
@@ -61,6 +64,10 @@ def run(args: argparse.Namespace) -> None:
                          half[0] / t if half else ""])
         print(f"## {title}\n\n" + markdown(["compression", "ms", "MB sent/rank", "speedup vs fp32",
                                            "speedup vs fp16"], rows) + "\n", flush=True)
+
+    if args.breakdown:
+        from horovod_q8.bench import breakdown
+        breakdown.run(args.breakdown_elements, [n for n, _ in names], args.repeats)
 
     if not args.no_sizes:
         for mb in [float(s) for s in args.sizes_mb.split(",")]:

@@ -5,20 +5,14 @@
     opt = hvd.DistributedOptimizer(opt, compression=Compression.q8)
 
 Importing this module wraps Horovod's reducer factory (`horovod_api`), so optimizers and
-tapes built with a horovod_q8 compressor reduce their gradients in fused buckets, and it
-sets Horovod's stall inspector to end a job whose ranks wait on different collectives
-(`startup.stall_defaults`).
+tapes built with a horovod_q8 compressor reduce their gradients in fused buckets.
 """
-from horovod_q8.startup import stall_defaults
-
-stall_defaults()  # before hvd.init(), which reads them
-
-from horovod_q8.formats import COMPRESSION_NAMES  # noqa: E402
-from horovod_q8.tensorflow import horovod_api  # noqa: E402
-from horovod_q8.tensorflow.compressor import ConfigMismatchError, Q8Compressor, compressor  # noqa: E402
-from horovod_q8.tensorflow.fused import FusedReducer, state_of  # noqa: E402
-from horovod_q8.tensorflow.state import CompressionState  # noqa: E402
-from horovod_q8.tensorflow.tape import DistributedGradientTape  # noqa: E402
+from horovod_q8.formats import COMPRESSION_NAMES
+from horovod_q8.tensorflow import horovod_api
+from horovod_q8.tensorflow.compressor import ConfigMismatchError, Q8Compressor, compressor
+from horovod_q8.tensorflow.fused import FusedReducer, state_of
+from horovod_q8.tensorflow.state import CompressionState
+from horovod_q8.tensorflow.tape import DistributedGradientTape
 
 horovod_api.install()
 

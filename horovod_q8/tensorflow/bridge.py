@@ -4,11 +4,16 @@ Collectives never run in here: only the local steps of `horovod_q8.collective.pl
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import time
+from typing import Callable, List, Optional, Sequence
 
 import tensorflow as tf
 
 from horovod_q8 import _compat
+
+# When a list, every CPU host call appends (label, enter, exit) in perf_counter seconds:
+# `bench allreduce --breakdown` reads it. None (the default) costs nothing.
+PROFILE: Optional[List[tuple]] = None
 
 
 def _on_gpu(tensors: Sequence[tf.Tensor]) -> bool:
@@ -42,9 +47,12 @@ def host_call(fn: Callable, inputs: Sequence[tf.Tensor], dtypes: Sequence[tf.DTy
         outs = _gpu_call(fn, inputs, dtypes)
     else:
         def body(*arrays):
+            enter = time.perf_counter()
             arrays = [int(a) if getattr(a, "dtype", None) is not None and a.ndim == 0 else a
                       for a in arrays]
             res = fn(*arrays)
+            if PROFILE is not None:
+                PROFILE.append((name, enter, time.perf_counter()))
             return res if isinstance(res, tuple) else (res,)
 
         outs = tf.numpy_function(body, list(inputs), list(dtypes), stateful=True, name=name)

@@ -9,8 +9,12 @@ Adasum), which then stops with a clear error.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
+import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -119,7 +123,7 @@ def check_same_config(comp: Setting) -> None:
     if comp in _CHECKED:
         return
     mine = comp.fingerprint()
-    with tf.init_scope():
+    with tf.init_scope(), watchdog(check_timeout_s()):
         everyone = hvd.allgather_object(mine, name="horovod_q8.config_check")
     for rank, theirs in enumerate(everyone):
         if theirs != mine:
@@ -128,6 +132,39 @@ def check_same_config(comp: Setting) -> None:
                 f"settings: {difference(mine, theirs)}. Start every rank with the same "
                 f"--compression options.")
     _CHECKED.add(comp)
+
+
+def check_timeout_s() -> float:
+    """Seconds a rank waits for every rank's settings (HOROVOD_Q8_CHECK_TIMEOUT_S, default 120)."""
+    return float(os.environ.get("HOROVOD_Q8_CHECK_TIMEOUT_S", "120"))
+
+
+@contextlib.contextmanager
+def watchdog(seconds: float):
+    """End this process with a message if the block does not finish within `seconds`.
+
+    A rank that uses Horovod's own compressor never joins the settings check, and Horovod's
+    collectives cannot time out: without this the job would wait forever.
+    """
+    done = threading.Event()
+
+    def bite() -> None:
+        if done.wait(seconds):
+            return
+        sys.stderr.write(
+            f"horovod_q8: rank {hvd.rank()} waited {seconds:g} s for every rank's compression settings "
+            "(collective 'horovod_q8.config_check'). Likely cause: another rank does not use this "
+            "horovod_q8 compressor for this tensor (e.g. hvd.Compression.none or fp16 there), or it "
+            "is stuck elsewhere. Start every rank with the same --compression options; "
+            "HOROVOD_Q8_CHECK_TIMEOUT_S changes the wait. Ending the job.\n")
+        sys.stderr.flush()
+        os._exit(3)  # Horovod's launcher then ends the other ranks
+
+    threading.Thread(target=bite, name="horovod_q8.watchdog", daemon=True).start()
+    try:
+        yield
+    finally:
+        done.set()
 
 
 def compressor(name: str = "q8", *, block_size: Optional[int] = None, rounding: Optional[str] = None,

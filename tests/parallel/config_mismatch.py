@@ -1,7 +1,9 @@
 """Under horovodrun: ranks with different compression settings must stop with a clear error.
 
-argv[1] = "block" (rank 1 uses another block size) or "format" (rank 1 uses q4).
-Prints MISMATCH-DETECTED on every rank that raised ConfigMismatchError.
+argv[1] = "block" (rank 1 uses another block size), "format" (rank 1 uses q4), "min_size"
+(rank 1 would not compress this tensor at all): ConfigMismatchError on every rank, printed as
+MISMATCH-DETECTED. "horovod_none" (rank 1 uses Horovod's own none, so our code never runs
+there): the job must end (Horovod's stall inspector, defaulted by horovod_q8) instead of hanging.
 """
 from __future__ import annotations
 
@@ -16,6 +18,10 @@ from horovod_q8.tensorflow import ConfigMismatchError, compressor
 hvd.init()
 if sys.argv[1] == "block":
     comp = compressor("q8", block_size=1024 if hvd.rank() == 0 else 512)
+elif sys.argv[1] == "min_size":
+    comp = compressor("q8", min_size=1024 if hvd.rank() == 0 else 100_000)
+elif sys.argv[1] == "horovod_none":
+    comp = compressor("q8") if hvd.rank() == 0 else hvd.Compression.none
 else:
     comp = compressor("q8" if hvd.rank() == 0 else "q4")
 x = tf.constant(np.ones(5000, np.float32))

@@ -1,0 +1,126 @@
+"""`horovod-q8 bench allreduce --breakdown` (under horovodrun): where the time of one
+compressed allreduce goes, on the product path (`hvd.allreduce` inside `tf.function`).
+
+Per compression, in one run: the whole op; the codec kernels (time inside every host call,
+recorded by `tensorflow.bridge.PROFILE`); the same byte collectives alone (hvd.alltoall and
+hvd.allgather of uint8 buffers of the op's sizes); the host calls alone (the same calls
+returning buffers of the op's sizes without coding: TensorFlow's boundary and allocation);
+and the rest (waiting, scheduling, decompress ops). Every figure is the slowest rank's median.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Dict, List
+
+import numpy as np
+
+
+def _median_slowest(fn: Callable[[], object], repeats: int) -> float:
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    fn()  # trace and warm up
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    mine = float(np.median(times))
+    return float(hvd.allreduce(tf.constant(mine, tf.float64), op=hvd.Max, name="breakdown.max"))
+
+
+def _profiled(fn: Callable[[], object]) -> Dict[str, float]:
+    """Seconds inside host calls per label, over one call of fn."""
+    from horovod_q8.tensorflow import bridge
+
+    bridge.PROFILE = []
+    try:
+        fn()
+        records = list(bridge.PROFILE)
+    finally:
+        bridge.PROFILE = None
+    out: Dict[str, float] = {}
+    for label, enter, leave in records:
+        out[label] = out.get(label, 0.0) + leave - enter
+    return out
+
+
+def compressed_phases(name: str, x, repeats: int) -> Dict[str, float]:
+    """Total, codec, collectives alone, host calls alone and the rest, for one compression."""
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    from horovod_q8.collective import policy
+    from horovod_q8.tensorflow import compressor
+
+    comp = compressor(name)
+    op = tf.function(lambda t: hvd.allreduce(t, compression=comp, op=hvd.Average, name=f"bd.{name}"))
+    total = _median_slowest(lambda: op(x).numpy(), repeats)
+    op(x)
+    codec = _profiled(lambda: op(x).numpy())
+    n = int(x.shape[0])
+    req = policy.request(comp, n, "other")
+    plan = req.plans(hvd.size(), hvd.rank())[0]
+    two_phase = plan.schedule == "two_phase"
+    send = tf.zeros(sum(plan.send_splits) if two_phase else plan.fmt.nbytes(n), tf.uint8)
+    mine = tf.zeros(plan.gathered_sizes[plan.rank], tf.uint8)
+
+    @tf.function
+    def wire():
+        outs = [hvd.allgather(mine, name=f"bd.{name}.ag")]
+        if two_phase:
+            outs.append(hvd.alltoall(send, splits=plan.send_splits, name=f"bd.{name}.a2a")[0])
+        return outs
+    collectives = _median_slowest(lambda: [o.numpy() for o in wire()], repeats)
+
+    sizes = [send.shape[0], plan.fmt.nbytes(plan.chunk_len(plan.rank)), n] if two_phase else [send.shape[0], n]
+    dtypes = [tf.uint8, tf.uint8, tf.float32] if two_phase else [tf.uint8, tf.float32]
+
+    @tf.function
+    def boundary(t):
+        y = t
+        for size, dtype in zip(sizes, dtypes):  # the op's host calls, each producing its output
+            y = tf.numpy_function(lambda a, s=int(size), d=dtype.as_numpy_dtype: np.empty(s, d), [y], dtype)
+        return y
+    host_calls = _median_slowest(lambda: boundary(x).numpy(), repeats)
+    kernels = sum(codec.values())
+    return {"total": total, "codec": kernels, "collectives": collectives, "host_calls": host_calls,
+            "rest": total - kernels - collectives - host_calls,
+            "bytes_sent": float(policy.decide(comp, True, n, hvd.size()).bytes_compressed)}
+
+
+def baseline_phases(name: str, x, repeats: int) -> Dict[str, float]:
+    """Horovod's none / fp16: the whole op only (its phases run inside Horovod)."""
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    from horovod_q8.collective import policy
+
+    comp = hvd.Compression.fp16 if name == "fp16" else hvd.Compression.none
+    op = tf.function(lambda t: hvd.allreduce(t, compression=comp, op=hvd.Average, name=f"bd.{name}"))
+    total = _median_slowest(lambda: op(x).numpy(), repeats)
+    return {"total": total, "bytes_sent": policy.ring_bytes(int(x.shape[0]), 2 if name == "fp16" else 4,
+                                                            hvd.size())}
+
+
+def run(elements: int, names: List[str], repeats: int) -> Dict[str, Dict[str, float]]:
+    """Rank 0 prints the table; every rank returns the figures."""
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    from horovod_q8.bench.common import machine, markdown
+
+    x = tf.constant(np.random.default_rng(hvd.rank()).standard_normal(elements).astype(np.float32))
+    rows = {}
+    for name in names:
+        rows[name] = (baseline_phases if name in ("none", "fp16") else compressed_phases)(name, x, repeats)
+    if hvd.rank() == 0:
+        fp16 = rows.get("fp16", {}).get("total")
+        print(f"## breakdown: one tensor of {elements} float32, {hvd.size()} ranks, {machine()}\n")
+        table = [[name, r["total"] * 1e3, r.get("codec", float("nan")) * 1e3,
+                  r.get("collectives", float("nan")) * 1e3, r.get("host_calls", float("nan")) * 1e3,
+                  r.get("rest", float("nan")) * 1e3, r["bytes_sent"] / 1e6,
+                  fp16 / r["total"] if fp16 else ""] for name, r in rows.items()]
+        print(markdown(["compression", "total ms", "codec kernels ms", "collectives alone ms",
+                        "host calls alone ms", "rest ms", "MB sent/rank", "speedup vs fp16"], table), flush=True)
+    return rows
