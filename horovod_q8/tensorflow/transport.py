@@ -8,6 +8,7 @@ import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
+from horovod_q8.collective.transport import aligned_empty
 from horovod_q8.tensorflow.bridge import host_call
 
 
@@ -28,7 +29,8 @@ class HorovodTransport:
             return y
 
         def with_residual(*a):
-            r = a[-2].copy()  # TF's input buffers are read-only
+            r = aligned_empty(a[-2].size, np.float32)  # TF's input buffers are read-only
+            r[...] = a[-2]
             return fn(*a[:-2], r, a[-1]), r
 
         y, new_r = host_call(with_residual, [*inputs, residual.read_value(), seed],
@@ -55,5 +57,10 @@ class HorovodTransport:
     def concat(self, parts, out):
         return parts[0] if len(parts) == 1 else tf.concat(list(parts), axis=0)
 
-    def buffer(self, key: str, size: int, dtype) -> None:
-        return None  # TF owns the arrays a host call returns; no reuse across calls yet
+    def buffer(self, key: str, size: int, dtype) -> np.ndarray:
+        # Fresh per call: TF aliases what a host call returns (64-byte aligned, so no copy)
+        # and may keep it alive after the step, so it is never reused.
+        return aligned_empty(size, dtype)
+
+    def result_buffer(self, key: str, n: int) -> None:
+        return None  # the pieces are joined by tf.concat
