@@ -43,7 +43,6 @@ def run(args: argparse.Namespace) -> None:
 
     from horovod_q8.bench.common import machine, markdown, timeit
     from horovod_q8.tensorflow import compressor
-    from horovod_q8.tensorflow.fused import make_fused_allreduce_grads_fn
     from horovod_q8.tensorflow.traffic import bytes_per_step
 
     hvd.init()
@@ -85,20 +84,28 @@ def run(args: argparse.Namespace) -> None:
         shapes = resnet50_shapes()
         grads = [tf.constant(np.random.default_rng(i + 10 * hvd.rank()).standard_normal(s).astype(np.float32))
                  for i, s in enumerate(shapes)]
-        for fused in (False, True):
+        for per_tensor in (False, True):
             results = {}
             for name, pipe in names:
                 comp = compressor(name, pipeline_elements=pipe) if pipe else compressor(name)
-                if fused and name not in ("none", "fp16"):
-                    fn = make_fused_allreduce_grads_fn(f"r50{name}", comp, False, hvd.Average, 1.0)
-                else:
-                    fn = tf.function(lambda gs, c=comp: [hvd.allreduce(g, compression=c) for g in gs])
+                fn = optimizer_reducer(comp, per_tensor)
                 t = timeit(lambda: [g.numpy() for g in fn(grads)], args.repeats)
-                results[label(name, pipe)] = (t, bytes_per_step(shapes, comp, hvd.size(), fused=fused))
+                results[label(name, pipe)] = (t, bytes_per_step(shapes, comp, hvd.size(), fused=not per_tensor))
             n = sum(int(np.prod(s)) for s in shapes)
-            report(f"ResNet-50 gradients ({len(shapes)} tensors, {n} float32), "
-                   f"{'fused buckets (horovod_q8 optimizer)' if fused else 'per tensor (stock hvd.DistributedOptimizer path)'}",
-                   results)
+            how = ("per tensor (HOROVOD_Q8_FUSED=0: Horovod calls the compressor per gradient)" if per_tensor
+                   else "the stock hvd.DistributedOptimizer path (fused buckets for horovod_q8)")
+            report(f"ResNet-50 gradients ({len(shapes)} tensors, {n} float32), {how}", results)
+
+
+def optimizer_reducer(comp, per_tensor: bool):
+    """What `hvd.DistributedOptimizer(opt, compression=comp)` reduces its gradients with."""
+    import horovod.tensorflow as hvd
+
+    from horovod_q8.tensorflow.horovod_api import reducer_options
+
+    with reducer_options(per_tensor=per_tensor):
+        return hvd._make_allreduce_grads_fn("DistributedSGD", "", "", comp, False, hvd.Average, 1.0, None,
+                                            hvd.global_process_set)
 
 
 def main(argv=None) -> None:
