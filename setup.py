@@ -1,9 +1,15 @@
 """Package build for horovod_q8: the library, its CLI and the CUDA kernel sources."""
+import re
+from pathlib import Path
+
 from setuptools import find_packages, setup
+
+# The version lives once, in horovod_q8/__init__.py.
+VERSION = re.search(r'__version__ = "([^"]+)"', (Path(__file__).parent / "horovod_q8" / "__init__.py").read_text()).group(1)
 
 setup(
     name="horovod_q8",
-    version="0.1.0",
+    version=VERSION,
     description="8-bit and 4-bit gradient and activation compression for Horovod",
     packages=find_packages(include=["horovod_q8", "horovod_q8.*"]) + ["horovod_q8.kernels", "horovod_q8.launch"],
     # The .cu sources live in kernels/ at the top level and ship inside the package.

@@ -12,14 +12,14 @@ COMMANDS: Dict[str, Tuple[str, str, bool]] = {
     "train": ("horovod_q8.workloads.train", "Keras training under horovodrun/mpirun", False),
     "hybrid": ("horovod_q8.workloads.hybrid", "data-parallel conv + model-parallel FC, compressed activations", False),
     "compare": ("horovod_q8.workloads.compare", "the main job: 2-process training per compression, one table", True),
-    "report": ("horovod_q8.workloads.report", "accuracy table and plot from compare runs", False),
+    "report": ("horovod_q8.workloads.accuracy_report", "accuracy table and plot from compare runs", False),
     "launch": ("horovod_q8.launcher", "render a launch template and run or print it", True),
     "doctor": ("horovod_q8.doctor", "check Horovod, TensorFlow, MPI, CuPy, kernels, network", True),
-    "speedup": ("horovod_q8.speedup.report", "predicted time per step and speedup against GPU count", False),
+    "speedup": ("horovod_q8.speedup.command", "predicted time per step and speedup against GPU count", False),
     "cluster": ("horovod_q8.cluster.command", "run a job on emulated hosts (netns, tc-shaped links)", True),
 }
 BENCHES: Dict[str, Tuple[str, str, bool]] = {
-    "formats": ("horovod_q8.bench.formats", "error and speed of every format", False),
+    "formats": ("horovod_q8.bench.format_errors", "error and speed of every format", False),
     "codec": ("horovod_q8.bench.codec", "codec time per format against a float32 copy", False),
     "allreduce": ("horovod_q8.bench.allreduce", "compressed allreduce under horovodrun", False),
     "transfer": ("horovod_q8.bench.transfer", "mpi4py: link alpha/beta, codec rates, transfer and "

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("mpi4py")
+pytestmark = pytest.mark.parallel
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="no mpirun")

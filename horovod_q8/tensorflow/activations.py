@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from horovod_q8.collective import pieces as P
 from horovod_q8.tensorflow.bridge import host_call
-from horovod_q8.tensorflow.collective import collective_name
+from horovod_q8.tensorflow.compressed_sum import collective_name
 
 _SENT = {"forward": 0, "backward": 0}
 

@@ -25,7 +25,7 @@ from horovod_q8 import formats
 from horovod_q8.collective import policy
 from horovod_q8.collective.setting import Setting, difference
 from horovod_q8.formats import layer_group
-from horovod_q8.tensorflow import collective as C
+from horovod_q8.tensorflow import compressed_sum as C
 from horovod_q8.tensorflow.state import CompressionState
 
 _CHECKED: set = set()

@@ -13,7 +13,7 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from horovod_q8.collective import policy
-from horovod_q8.tensorflow import collective as C
+from horovod_q8.tensorflow import compressed_sum as C
 from horovod_q8.tensorflow.compressor import Q8Compressor, check_same_config, tell_uncompressed
 from horovod_q8.tensorflow.state import CompressionState
 
