@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pytest
@@ -28,3 +32,21 @@ def cp():
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def poisoned_env(folder: Path, packages: Sequence[str]) -> dict:
+    """An environment in which importing any of `packages` raises ImportError('poisoned: ...')."""
+    for pkg in packages:
+        (folder / pkg).mkdir()
+        (folder / pkg / "__init__.py").write_text(f"raise ImportError('poisoned: {pkg} imported')\n")
+    path = os.pathsep.join([str(folder), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    return dict(os.environ, PYTHONPATH=path)
+
+
+def cli(env: dict, *argv: str) -> subprocess.CompletedProcess:
+    """`horovod-q8 ARGV` in a subprocess with this environment."""
+    return subprocess.run([sys.executable, "-m", "horovod_q8.cli", *argv], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT, env=env)

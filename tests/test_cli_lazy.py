@@ -2,34 +2,23 @@
 TensorFlow), `doctor`, `speedup` and every --help still work and say what is missing."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import cli, poisoned_env
 
 
 @pytest.fixture
 def broken(tmp_path):
     """PYTHONPATH where `import numba` and `import tensorflow` fail as if not installed."""
-    for name in ("numba", "tensorflow"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "__init__.py").write_text(f"raise ImportError('no {name} here')\n")
-    path = os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])
-    return dict(os.environ, PYTHONPATH=path)
-
-
-def cli(env, *argv):
-    return subprocess.run([sys.executable, "-m", "horovod_q8.cli", *argv], env=env, capture_output=True,
-                          text=True, timeout=120, cwd=ROOT)
+    return poisoned_env(tmp_path, ("numba", "tensorflow"))
 
 
 def test_the_poison_works(broken):
     proc = subprocess.run([sys.executable, "-c", "import numba"], env=broken, capture_output=True, text=True)
-    assert proc.returncode != 0 and "no numba here" in proc.stderr
+    assert proc.returncode != 0 and "poisoned: numba" in proc.stderr
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["bench", "--help"], ["bench", "transfer", "--help"],

@@ -2,17 +2,13 @@
 message, before TensorFlow or Horovod is imported."""
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from conftest import cli, poisoned_env
 from horovod_q8.workloads import compare, hybrid, train
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def train_problems(*argv: str) -> list:
@@ -113,16 +109,7 @@ def test_compare_accepts_its_defaults():
 @pytest.fixture
 def no_tensorflow(tmp_path):
     """An environment in which importing tensorflow or horovod fails loudly."""
-    for pkg in ("tensorflow", "horovod"):
-        (tmp_path / pkg).mkdir()
-        (tmp_path / pkg / "__init__.py").write_text(f"raise ImportError('poisoned: {pkg} imported')\n")
-    path = os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])
-    return dict(os.environ, PYTHONPATH=path)
-
-
-def cli(env, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "horovod_q8.cli", *argv], capture_output=True,
-                          text=True, timeout=120, cwd=ROOT, env=env)
+    return poisoned_env(tmp_path, ("tensorflow", "horovod"))
 
 
 @pytest.mark.parametrize("argv,message", [
