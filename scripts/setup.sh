@@ -44,4 +44,7 @@ else
 fi
 # The package itself is always reinstalled (editable) from this checkout.
 pip_q --no-deps --no-build-isolation -e "$REPO"
+# Numba compiles the CPU kernels once and caches them beside their source: do it now, not in
+# the first training step.
+"$VENV/bin/python" -m horovod_q8.backends.warmup >&2
 echo "$VENV"

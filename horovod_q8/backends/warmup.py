@@ -1,0 +1,44 @@
+"""Compile and cache every CPU kernel once (`python -m horovod_q8.backends.warmup`).
+
+Numba caches compiled kernels beside their source (`cache=True`); set-up runs this so a
+job's first step does not pay the compilation (tens of seconds per process otherwise).
+Both variants run: serial below `cpu_kernels.PARALLEL_MIN` elements, parallel above.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from horovod_q8 import _compat, codec
+from horovod_q8.formats import get, names
+
+
+def warm() -> float:
+    """Seconds spent encoding and decoding every format at both sizes."""
+    from horovod_q8.backends import cpu_kernels
+
+    t = time.perf_counter()
+    rng = np.random.default_rng(0)
+    for n in (4099, cpu_kernels.PARALLEL_MIN + 4099):
+        x = rng.standard_normal(n).astype(np.float32)
+        for name in names():
+            fmt = get(name).for_group("dense")
+            residual = np.zeros(n, np.float32) if fmt.uses_residual else None
+            buf = codec.quantize(x, fmt, residual=residual)
+            out = codec.dequantize(buf, fmt, n)
+            codec.dequantize(buf, fmt, n, out=out, accumulate=True)
+            if fmt.kind == "codebook":
+                codec.quantize(x, get(name, rounding="stochastic"), seed=1)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    if not _compat.has_numba():
+        print("numba missing: nothing to compile")
+        return
+    print(f"CPU kernels compiled and cached in {warm():.1f} s")
+
+
+if __name__ == "__main__":
+    main()
