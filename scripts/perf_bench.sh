@@ -14,7 +14,8 @@ SECTIONS="${*:-loopback cluster_2x1gbit cluster_4x1gbit cluster_2x10gbit}"
 COMPRESSIONS="${COMPRESSIONS:-none,fp16,q8,q4}"
 mkdir -p "$OUT"
 HQ8="$VENV/bin/horovod-q8"
-BENCH=(bench allreduce --breakdown --no-sizes --resnet50 --compressions "$COMPRESSIONS" --repeats 5)
+BENCH=(bench allreduce --breakdown --no-sizes --resnet50 --compressions "$COMPRESSIONS" --repeats 5
+       --pipeline-elements "${PIPELINE_ELEMENTS:-0,4194304}")
 
 logged() {  # logged NAME -- command...
   local name=$1; shift 2

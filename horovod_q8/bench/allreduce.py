@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> None:
 
     if args.breakdown:
         from horovod_q8.bench import breakdown
-        breakdown.run(args.breakdown_elements, [n for n, _ in names], args.repeats)
+        breakdown.run(args.breakdown_elements, names, args.repeats)
 
     if not args.no_sizes:
         for mb in [float(s) for s in args.sizes_mb.split(",")]:

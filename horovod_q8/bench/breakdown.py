@@ -45,8 +45,10 @@ def _profiled(fn: Callable[[], object]) -> Dict[str, float]:
     return out
 
 
-def compressed_phases(name: str, x, repeats: int) -> Dict[str, float]:
-    """Total, codec, collectives alone, host calls alone and the rest, for one compression."""
+def compressed_phases(name: str, x, repeats: int, pipe: int = 0) -> Dict[str, float]:
+    """Total, codec, collectives alone, host calls alone and the rest, for one compression
+    (in pieces of `pipe` elements when > 0: collectives and host calls alone are then those of
+    the whole tensor, and the rest can be negative, the overlap)."""
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
@@ -54,13 +56,13 @@ def compressed_phases(name: str, x, repeats: int) -> Dict[str, float]:
     from horovod_q8.tensorflow import compressor
     from horovod_q8.tensorflow.transport import HorovodTransport
 
-    comp = compressor(name)
-    op = tf.function(lambda t: hvd.allreduce(t, compression=comp, op=hvd.Average, name=f"bd.{name}"))
+    comp = compressor(name, pipeline_elements=pipe)
+    op = tf.function(lambda t: hvd.allreduce(t, compression=comp, op=hvd.Average, name=f"bd.{name}.{pipe}"))
     total = _median_slowest(lambda: op(x).numpy(), repeats)
     op(x)
     codec = _profiled(lambda: op(x).numpy())
     n = int(x.shape[0])
-    req = policy.request(comp, n, "other")
+    req = policy.request(compressor(name), n, "other")
     plan = req.plans(hvd.size(), hvd.rank())[0]
     two_phase = plan.schedule == "two_phase"
     send = tf.zeros(sum(plan.send_splits) if two_phase else plan.fmt.nbytes(n), tf.uint8)
@@ -106,7 +108,7 @@ def baseline_phases(name: str, x, repeats: int) -> Dict[str, float]:
                                                             hvd.size())}
 
 
-def run(elements: int, names: List[str], repeats: int) -> Dict[str, Dict[str, float]]:
+def run(elements: int, names: List[tuple], repeats: int) -> Dict[str, Dict[str, float]]:
     """Rank 0 prints the table; every rank returns the figures."""
     import horovod.tensorflow as hvd
     import tensorflow as tf
@@ -115,8 +117,10 @@ def run(elements: int, names: List[str], repeats: int) -> Dict[str, Dict[str, fl
 
     x = tf.constant(np.random.default_rng(hvd.rank()).standard_normal(elements).astype(np.float32))
     rows = {}
-    for name in names:
-        rows[name] = (baseline_phases if name in ("none", "fp16") else compressed_phases)(name, x, repeats)
+    for name, pipe in names:
+        label = f"{name}/p{pipe}" if pipe else name
+        rows[label] = (baseline_phases(name, x, repeats) if name in ("none", "fp16")
+                       else compressed_phases(name, x, repeats, pipe))
     if hvd.rank() == 0:
         fp16 = rows.get("fp16", {}).get("total")
         print(f"## breakdown: one tensor of {elements} float32, {hvd.size()} ranks, {machine()}\n")
