@@ -14,9 +14,14 @@ from typing import IO, List, Optional, Sequence
 
 from horovod_q8.cluster.netns import Cluster, ClusterError
 
-# OpenMPI's tuned ring allreduce: its default choice took twice as long on these links
+# OpenMPI's tuned ring allreduce: its default choice took twice as long on these links. The
+# compressed schedule's collectives: a ring allgatherv (a Sendrecv ring moved 0.90 Gbit/s per
+# link where the default Allgather moved 0.53, docs/runs/cluster/collective_check_4x1gbit.log)
+# and a pairwise alltoallv (one exchange per step, as the ring).
 RING_ALLREDUCE = ["--mca", "coll_tuned_use_dynamic_rules", "1",
-                  "--mca", "coll_tuned_allreduce_algorithm", "4"]
+                  "--mca", "coll_tuned_allreduce_algorithm", "4",
+                  "--mca", "coll_tuned_allgatherv_algorithm", "3",
+                  "--mca", "coll_tuned_alltoallv_algorithm", "2"]
 FORWARDED_PREFIXES = ("HOROVOD_", "TF_", "OMP_", "NUMBA_", "PYTHON", "HQ8_")
 FORWARDED = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "HOME")
 
