@@ -18,6 +18,9 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--resnet50", action="store_true", help="also ResNet-50's gradient list")
     p.add_argument("--no-sizes", action="store_true", help="skip the single-tensor sizes")
+    p.add_argument("--fusion-mb", default="64",
+                   help="comma list of bucket sizes (MiB) for the ResNet-50 stock path; each its own table")
+    p.add_argument("--no-per-tensor", action="store_true", help="skip ResNet-50's per-tensor table")
     p.add_argument("--breakdown", action="store_true",
                    help="where the time goes (codec, collectives, host calls, rest) for one tensor")
     p.add_argument("--breakdown-elements", type=int, default=25_600_000)
@@ -84,26 +87,28 @@ def run(args: argparse.Namespace) -> None:
         shapes = resnet50_shapes()
         grads = [tf.constant(np.random.default_rng(i + 10 * hvd.rank()).standard_normal(s).astype(np.float32))
                  for i, s in enumerate(shapes)]
-        for per_tensor in (False, True):
+        modes = [(False, float(mb)) for mb in args.fusion_mb.split(",")] + ([] if args.no_per_tensor else [(True, 0.0)])
+        for per_tensor, fusion_mb in modes:
             results = {}
             for name, pipe in names:
                 comp = compressor(name, pipeline_elements=pipe) if pipe else compressor(name)
-                fn = optimizer_reducer(comp, per_tensor)
+                fn = optimizer_reducer(comp, per_tensor, int(fusion_mb * 2 ** 20))
                 t = timeit(lambda: [g.numpy() for g in fn(grads)], args.repeats)
-                results[label(name, pipe)] = (t, bytes_per_step(shapes, comp, hvd.size(), fused=not per_tensor))
+                results[label(name, pipe)] = (t, bytes_per_step(shapes, comp, hvd.size(), fused=not per_tensor,
+                                                                fusion_bytes=int(fusion_mb * 2 ** 20) or 1))
             n = sum(int(np.prod(s)) for s in shapes)
             how = ("per tensor (HOROVOD_Q8_FUSED=0: Horovod calls the compressor per gradient)" if per_tensor
-                   else "the stock hvd.DistributedOptimizer path (fused buckets for horovod_q8)")
+                   else f"the stock hvd.DistributedOptimizer path (horovod_q8: fused buckets of {fusion_mb:g} MiB)")
             report(f"ResNet-50 gradients ({len(shapes)} tensors, {n} float32), {how}", results)
 
 
-def optimizer_reducer(comp, per_tensor: bool):
+def optimizer_reducer(comp, per_tensor: bool, fusion_bytes: int = 64 << 20):
     """What `hvd.DistributedOptimizer(opt, compression=comp)` reduces its gradients with."""
     import horovod.tensorflow as hvd
 
     from horovod_q8.tensorflow.horovod_api import reducer_options
 
-    with reducer_options(per_tensor=per_tensor):
+    with reducer_options(fusion_bytes=fusion_bytes or None, per_tensor=per_tensor):
         return hvd._make_allreduce_grads_fn("DistributedSGD", "", "", comp, False, hvd.Average, 1.0, None,
                                             hvd.global_process_set)
 

@@ -30,19 +30,24 @@ def _median_slowest(fn: Callable[[], object], repeats: int) -> float:
 
 
 def _profiled(fn: Callable[[], object]) -> Dict[str, float]:
-    """Seconds inside host calls per label, over one call of fn."""
+    """One call of fn, split by its host calls: seconds inside them ("codec"), before the
+    first ("head": dispatch), between them ("gaps": collectives and waiting) and after the
+    last ("tail": decompress, Horovod's control allreduce, the copy out)."""
     from horovod_q8.tensorflow import bridge
 
     bridge.PROFILE = []
     try:
+        start = time.perf_counter()
         fn()
-        records = list(bridge.PROFILE)
+        end = time.perf_counter()
+        records = sorted(bridge.PROFILE, key=lambda r: r[1])
     finally:
         bridge.PROFILE = None
-    out: Dict[str, float] = {}
-    for label, enter, leave in records:
-        out[label] = out.get(label, 0.0) + leave - enter
-    return out
+    if not records:
+        return {"codec": 0.0, "head": 0.0, "gaps": 0.0, "tail": end - start}
+    gaps = sum(max(0.0, b[1] - a[2]) for a, b in zip(records, records[1:]))
+    return {"codec": sum(r[2] - r[1] for r in records), "head": records[0][1] - start,
+            "gaps": gaps, "tail": end - max(r[2] for r in records)}
 
 
 def compressed_phases(name: str, x, repeats: int, pipe: int = 0) -> Dict[str, float]:
@@ -60,7 +65,8 @@ def compressed_phases(name: str, x, repeats: int, pipe: int = 0) -> Dict[str, fl
     op = tf.function(lambda t: hvd.allreduce(t, compression=comp, op=hvd.Average, name=f"bd.{name}.{pipe}"))
     total = _median_slowest(lambda: op(x).numpy(), repeats)
     op(x)
-    codec = _profiled(lambda: op(x).numpy())
+    split = [_profiled(lambda: op(x).numpy()) for _ in range(3)]
+    split = {k: float(np.median([d[k] for d in split])) for k in split[0]}
     n = int(x.shape[0])
     req = policy.request(compressor(name), n, "other")
     plan = req.plans(hvd.size(), hvd.rank())[0]
@@ -88,9 +94,10 @@ def compressed_phases(name: str, x, repeats: int, pipe: int = 0) -> Dict[str, fl
             y = tf.numpy_function(lambda a, s=int(size), d=dtype.as_numpy_dtype: make("probe", s, d), [y], dtype)
         return y
     host_calls = _median_slowest(lambda: boundary(x).numpy(), repeats)
-    kernels = sum(codec.values())
+    kernels = split["codec"]
     return {"total": total, "codec": kernels, "collectives": collectives, "host_calls": host_calls,
-            "rest": total - kernels - collectives - host_calls,
+            "rest": total - kernels - collectives - host_calls, "head": split["head"],
+            "gaps": split["gaps"], "tail": split["tail"],
             "bytes_sent": float(policy.decide(comp, True, n, hvd.size()).bytes_compressed)}
 
 
@@ -124,10 +131,16 @@ def run(elements: int, names: List[tuple], repeats: int) -> Dict[str, Dict[str, 
     if hvd.rank() == 0:
         fp16 = rows.get("fp16", {}).get("total")
         print(f"## breakdown: one tensor of {elements} float32, {hvd.size()} ranks, {machine()}\n")
-        table = [[name, r["total"] * 1e3, r.get("codec", float("nan")) * 1e3,
-                  r.get("collectives", float("nan")) * 1e3, r.get("host_calls", float("nan")) * 1e3,
-                  r.get("rest", float("nan")) * 1e3, r["bytes_sent"] / 1e6,
-                  fp16 / r["total"] if fp16 else ""] for name, r in rows.items()]
+        nan = float("nan")
+        table = [[name, r["total"] * 1e3, *[r.get(k, nan) * 1e3 for k in ("codec", "collectives", "host_calls",
+                                                                           "rest", "head", "gaps", "tail")],
+                  r["bytes_sent"] / 1e6, fp16 / r["total"] if fp16 else ""] for name, r in rows.items()]
         print(markdown(["compression", "total ms", "codec kernels ms", "collectives alone ms",
-                        "host calls alone ms", "rest ms", "MB sent/rank", "speedup vs fp16"], table), flush=True)
+                        "host calls alone ms", "rest ms", "head ms", "gaps ms", "tail ms", "MB sent/rank",
+                        "speedup vs fp16"], table), flush=True)
+        print("\ncodec kernels: time inside the host calls; collectives / host calls alone: the same "
+              "byte collectives, and the same host calls without coding, each timed by itself; rest: "
+              "total minus those three. One profiled call split at its host calls: head (before the "
+              "first), gaps (between them: the collectives and any waiting), tail (after the last: "
+              "decompress, Horovod's control allreduce, the copy out).", flush=True)
     return rows

@@ -17,6 +17,9 @@ from horovod_q8.formats import layer_group
 
 # Bytes per element of the uncompressed baselines (Horovod's none and fp16).
 BASELINE_BYTES = {"none": 4, "fp16": 2}
+# horovod_q8's bucket size: smaller than Horovod's 64 MiB fusion buffer so that one bucket's
+# codec runs while another's bytes move (ResNet-50 on 2 ranks: docs/performance.md).
+DEFAULT_FUSION_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ def bucket_group(setting: Setting, shapes: Sequence[tuple], members: Sequence[in
 
 
 def bytes_per_step(shapes: Sequence[tuple], setting, ranks: int, fused: bool = True,
-                   fusion_bytes: int = 64 * 1024 * 1024) -> float:
+                   fusion_bytes: int = DEFAULT_FUSION_BYTES) -> float:
     """Bytes one rank sends to reduce gradients of these shapes once (rank 0's plan).
 
     setting: a Setting, or "none" / "fp16" for Horovod's own ring allreduce.

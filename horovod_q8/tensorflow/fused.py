@@ -17,7 +17,7 @@ from horovod_q8.tensorflow import compressed_sum as C
 from horovod_q8.tensorflow.compressor import Q8Compressor, check_same_config, tell_uncompressed
 from horovod_q8.tensorflow.state import CompressionState
 
-DEFAULT_FUSION_BYTES = 64 * 1024 * 1024
+DEFAULT_FUSION_BYTES = policy.DEFAULT_FUSION_BYTES
 
 
 def check_op(op) -> None:
