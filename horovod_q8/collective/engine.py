@@ -50,11 +50,13 @@ class Request:
 
 
 def compressed_sum(t: Transport, req: Request, flat: Any, residuals: Optional[ResidualStore] = None,
-                   seed_of: Callable[[int], Any] = lambda k: k) -> Any:
+                   seed_of: Callable[[int], Any] = lambda k: k, scale: Any = None) -> Any:
     """The float32 sum over every rank of `flat` (req.n elements), identical bits on every rank.
 
     residuals: the owner of error-feedback state (None: no state is kept, as in eager calls);
-    seed_of(k): piece k's stochastic-rounding seed for this step.
+    seed_of(k): piece k's stochastic-rounding seed for this step; scale: a factor the last
+    local step applies (the op's 1/N, prescale, postscale), a float or the transport's
+    scalar; None for 1, with no extra input.
     """
     plans = req.plans(t.size, t.rank)
     sizes = [p.n for p in plans]
@@ -64,6 +66,7 @@ def compressed_sum(t: Transport, req: Request, flat: Any, residuals: Optional[Re
     starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
     dst = [None if out is None else out[starts[k]:starts[k + 1]] for k in range(len(plans))]
     fb = req.error_feedback
+    extra = [] if scale is None else [scale]
 
     def state(key: str, n: int):
         if not req.keeps_residual or n == 0 or residuals is None:
@@ -76,7 +79,7 @@ def compressed_sum(t: Transport, req: Request, flat: Any, residuals: Optional[Re
                 for i, (p, x, k) in enumerate(zip(plans, xs, keys))]
         gathered = [t.allgatherv(s, p.gathered_sizes, f"{k}.allgather")
                     for p, s, k in zip(plans, sent, keys)]
-        totals = [t.local("q8_sum", _sum_gathered(t, p, k, d), [g], (p.n, np.float32))
+        totals = [t.local("q8_sum", _sum_gathered(t, p, k, d), [g, *extra], (p.n, np.float32))
                   for p, g, k, d in zip(plans, gathered, keys, dst)]
         return t.concat(totals, out)
 
@@ -92,7 +95,7 @@ def compressed_sum(t: Transport, req: Request, flat: Any, residuals: Optional[Re
                             (p.fmt.nbytes(n_mine), np.uint8), state(f"{k}/server_residual", n_mine),
                             seed_of(i)))
     gathered = [t.allgatherv(m, p.gathered_sizes, f"{k}.allgather") for p, m, k in zip(plans, mine, keys)]
-    totals = [t.local("q8_decode", _decode_gathered(t, p, k, d), [g], (p.n, np.float32))
+    totals = [t.local("q8_decode", _decode_gathered(t, p, k, d), [g, *extra], (p.n, np.float32))
               for p, g, k, d in zip(plans, gathered, keys, dst)]
     return t.concat(totals, out)
 
@@ -116,11 +119,16 @@ def _reduce_chunk(t: Transport, p: P.Plan, key: str, fb: bool) -> Callable:
 
 
 def _sum_gathered(t: Transport, p: P.Plan, key: str, dst) -> Callable:
-    return lambda g, r, s: P.sum_gathered(p, g, out=_total(t, p, key, dst))
+    return lambda g, *sc_r_s: P.sum_gathered(p, g, out=_total(t, p, key, dst), scale=_scale(sc_r_s))
 
 
 def _decode_gathered(t: Transport, p: P.Plan, key: str, dst) -> Callable:
-    return lambda g, r, s: P.decode_gathered(p, g, out=_total(t, p, key, dst))
+    return lambda g, *sc_r_s: P.decode_gathered(p, g, out=_total(t, p, key, dst), scale=_scale(sc_r_s))
+
+
+def _scale(extra_residual_seed: tuple) -> float:
+    """The scale input of a final step: (scale, residual, seed) or just (residual, seed)."""
+    return float(extra_residual_seed[0]) if len(extra_residual_seed) == 3 else 1.0
 
 
 def _total(t: Transport, p: P.Plan, key: str, dst):

@@ -141,9 +141,10 @@ def reduce_chunk(plan: Plan, received, residual=None, seed: int = 0, error_feedb
     return _encode(total, plan.fmt, residual, seed, error_feedback, out=out)
 
 
-def decode_gathered(plan: Plan, gathered, out=None):
+def decode_gathered(plan: Plan, gathered, out=None, scale: float = 1.0):
     """Step 3 of two-phase: every chunk's quantized sum, dequantized into the flat sum
-    (into `out`, a float32 buffer of plan.n elements to reuse, when given)."""
+    (into `out`, a float32 buffer of plan.n elements to reuse, when given), times `scale`
+    (what the caller's op applies: 1/N for an average) in the same host call."""
     xp = _xp(gathered)
     be = backends.for_array(gathered)
     if out is None:
@@ -156,6 +157,12 @@ def decode_gathered(plan: Plan, gathered, out=None):
         offset += nbytes
     if plan.fmt.uses_residual:
         out *= plan.size
+    return _scaled(out, scale)
+
+
+def _scaled(out, scale: float):
+    if scale != 1.0:
+        out *= _xp(out).float32(scale)
     return out
 
 
@@ -165,9 +172,10 @@ def encode_whole(plan: Plan, flat, residual=None, seed: int = 0, error_feedback:
     return _encode(flat, plan.fmt, residual, seed, error_feedback, out=out)
 
 
-def sum_gathered(plan: Plan, gathered, out=None):
-    """Allgather schedule, step 2: dequantize every rank's copy and add them in rank order."""
-    return sum_received(plan, gathered, plan.n, out=out)
+def sum_gathered(plan: Plan, gathered, out=None, scale: float = 1.0):
+    """Allgather schedule, step 2: dequantize every rank's copy and add them in rank order
+    (times `scale`, as decode_gathered)."""
+    return _scaled(sum_received(plan, gathered, plan.n, out=out), scale)
 
 
 def make_plan(fmt: Format, n: int, size: int, rank: int, schedule: str = "auto",

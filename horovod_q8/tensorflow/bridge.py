@@ -37,18 +37,24 @@ def _gpu_call(fn: Callable, inputs: Sequence[tf.Tensor], dtypes: Sequence[tf.DTy
     return tf.py_function(body, list(inputs), list(dtypes))
 
 
+def _scalar(a):
+    """A 0-d input as a Python number: int for integers (seeds), float otherwise (scales)."""
+    return int(a) if a.dtype.kind in "iub" else float(a)
+
+
 def host_call(fn: Callable, inputs: Sequence[tf.Tensor], dtypes: Sequence[tf.DType],
               shapes: Sequence[tuple], name: str) -> list:
     """Call fn(arrays...) -> arrays as one op and restore static shapes.
 
-    int64 scalars arrive as Python ints (seeds); other tensors as NumPy or CuPy arrays.
+    Scalars arrive as Python numbers (int64 seeds as ints, float scales as floats); other
+    tensors as NumPy or CuPy arrays.
     """
     if _on_gpu(inputs):
         outs = _gpu_call(fn, inputs, dtypes)
     else:
         def body(*arrays):
             enter = time.perf_counter()
-            arrays = [int(a) if getattr(a, "dtype", None) is not None and a.ndim == 0 else a
+            arrays = [_scalar(a) if getattr(a, "dtype", None) is not None and a.ndim == 0 else a
                       for a in arrays]
             res = fn(*arrays)
             if PROFILE is not None:

@@ -25,11 +25,13 @@ def collective_name(tensor: tf.Tensor, prefix: str) -> Optional[str]:
 
 
 def compressed_sum(state: Optional[CompressionState], req: engine.Request, flat: tf.Tensor,
-                   named: bool, warmup_steps: int, base_seed: int) -> tf.Tensor:
-    """The float32 sum over all ranks of `flat`, sent as `req` says; the same bits on every rank.
+                   named: bool, warmup_steps: int, base_seed: int, scale=None) -> tf.Tensor:
+    """The float32 sum over all ranks of `flat` times `scale`, sent as `req` says; the same
+    bits on every rank.
 
     state: the owner of residuals and step counters (None in eager mode: no state, so no
-    error feedback). named: req.key names the collectives (False in eager mode).
+    error feedback). named: req.key names the collectives (False in eager mode). scale: a
+    float or float32 scalar tensor applied inside the last host call (None: 1).
     """
     if state is None:
         step = tf.constant(next(_EAGER_STEPS), tf.int64)
@@ -41,14 +43,18 @@ def compressed_sum(state: Optional[CompressionState], req: engine.Request, flat:
         # differs per step, piece and rank; the same for every rank's view of a given step
         return (tf.constant(base_seed + k, tf.int64) + step * 1000003 + rank * 7919) % (2 ** 32)
 
+    scale_in = None if scale is None else tf.cast(scale, tf.float32)
+
     def compressed():
-        return engine.compressed_sum(HorovodTransport(named), req, flat, state, seed_of)
+        return engine.compressed_sum(HorovodTransport(named), req, flat, state, seed_of, scale_in)
+
+    def plain():
+        total = hvd.allreduce(flat, op=hvd.Sum, name=f"{req.key}.warmup" if named else None)
+        return total if scale_in is None else total * scale_in
 
     if warmup_steps <= 0:
         return compressed()
-    return tf.cond(step <= warmup_steps,
-                   lambda: hvd.allreduce(flat, op=hvd.Sum, name=f"{req.key}.warmup" if named else None),
-                   compressed)
+    return tf.cond(step <= warmup_steps, plain, compressed)
 
 
 def as_flat_float32(tensor: tf.Tensor) -> tf.Tensor:

@@ -65,7 +65,9 @@ class Q8Compressor(Setting):
         return self.decision(tensor).compress
 
     def compress(self, tensor):
-        """Run the compressed sum; return the control tensor for Horovod to reduce."""
+        """Check the settings; return the control tensor for Horovod to reduce. The compressed
+        sum itself runs in decompress(), once the factor of Horovod's op is known, so that the
+        last host call applies it (no extra pass over the result)."""
         if isinstance(tensor, tf.IndexedSlices):
             raise TypeError("horovod_q8 compresses dense gradients; pass sparse_as_dense=True")
         if hvd.size() > 1:
@@ -74,21 +76,22 @@ class Q8Compressor(Setting):
         if not decision.compress:
             tell_uncompressed(tensor.name if not tf.executing_eagerly() else "an eager tensor", decision)
             return tensor, None
-        name = C.collective_name(tensor, f"q8.{self.name}.")
-        req = policy.request(self, decision.n, layer_group(tensor.shape.rank), name or "q8.eager")
-        total = C.compressed_sum(None if name is None else self.state, req, C.as_flat_float32(tensor),
-                                 name is not None, self.warmup_steps, self.format.seed)
-        # Data-dependent (never NaN) so it is neither pruned nor folded, and runs after the sum.
-        touch = 0.0 * tf.cast(tf.math.is_nan(total[0]), tf.float32)
+        # Data-dependent (never NaN) so it is neither pruned nor folded.
+        touch = 0.0 * tf.cast(tf.math.is_nan(tf.reshape(tensor, [-1])[0]), tf.float32)
         control = tf.stack([1.0 + touch, float(hvd.rank()) + touch])
-        return control, (total, tensor.dtype, tensor.shape)
+        return control, (tensor, decision)
 
     def decompress(self, tensor, ctx):
-        """Scale the exact compressed sum by the factor Horovod's op applied to [1, ...]."""
+        """The compressed sum, scaled by the factor Horovod's op applied to [1, ...]."""
         if ctx is None:
             return tensor
-        total, dtype, shape = ctx
-        return tf.reshape(tf.cast(total * factor_from_control(tensor), dtype), shape)
+        original, decision = ctx
+        name = C.collective_name(original, f"q8.{self.name}.")
+        req = policy.request(self, decision.n, layer_group(original.shape.rank), name or "q8.eager")
+        total = C.compressed_sum(None if name is None else self.state, req, C.as_flat_float32(original),
+                                 name is not None, self.warmup_steps, self.format.seed,
+                                 scale=factor_from_control(tensor))
+        return tf.reshape(tf.cast(total, original.dtype), original.shape)
 
     def __repr__(self) -> str:
         return f"Q8Compressor({self.format.name})"

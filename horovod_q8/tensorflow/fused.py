@@ -82,12 +82,12 @@ class FusedReducer(tf.Module):
                 group = policy.bucket_group(self.compression, shapes, members)
                 decision = policy.decide(self.compression, True, n, n_ranks, group)
                 if not decision.compress:
-                    total = hvd.allreduce(flat, op=hvd.Sum, name=f"{name}.small{b}")
+                    total = hvd.allreduce(flat, op=hvd.Sum, name=f"{name}.small{b}") * scale
                 else:
                     req = policy.request(self.compression, n, group, f"q8.{name}.bucket{b}")
                     total = C.compressed_sum(self.state, req, flat, True, self.compression.warmup_steps,
-                                             self.compression.format.seed)
-                parts = tf.split(total * scale, [C.numel(grads[i].shape) for i in idx])
+                                             self.compression.format.seed, scale=scale)
+                parts = tf.split(total, [C.numel(grads[i].shape) for i in idx])
                 for i, part in zip(idx, parts):
                     out[i] = tf.cast(tf.reshape(part, grads[i].shape), grads[i].dtype)
             return out
