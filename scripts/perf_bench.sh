@@ -15,7 +15,7 @@ COMPRESSIONS="${COMPRESSIONS:-none,fp16,q8,q4}"
 mkdir -p "$OUT"
 HQ8="$VENV/bin/horovod-q8"
 BENCH=(bench allreduce --breakdown --no-sizes --resnet50 --compressions "$COMPRESSIONS" --repeats 5
-       --pipeline-elements "${PIPELINE_ELEMENTS:-0,4194304}")
+       --pipeline-elements "${PIPELINE_ELEMENTS:-0}")
 
 logged() {  # logged NAME -- command...
   local name=$1; shift 2

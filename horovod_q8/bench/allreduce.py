@@ -18,7 +18,7 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--resnet50", action="store_true", help="also ResNet-50's gradient list")
     p.add_argument("--no-sizes", action="store_true", help="skip the single-tensor sizes")
-    p.add_argument("--fusion-mb", default="64",
+    p.add_argument("--fusion-mb", default="16",
                    help="comma list of bucket sizes (MiB) for the ResNet-50 stock path; each its own table")
     p.add_argument("--no-per-tensor", action="store_true", help="skip ResNet-50's per-tensor table")
     p.add_argument("--breakdown", action="store_true",
