@@ -18,8 +18,8 @@ __device__ __forceinline__ float uniform01(unsigned int seed, unsigned long long
     return (float)(h >> 8) * 5.9604644775390625e-8f;  // 2**-24
 }
 
-// Absmax of each block as float32 bits (NaN bits if the block holds NaN/Inf).
-// grid.x = n_blocks * segs_per_block; scale_bits must be zeroed first.
+// Absmax of each block as float32 bits: NaN bits if the block holds a NaN, else +Inf bits if
+// it holds ±Inf (an overflowed sum). grid.x = n_blocks * segs_per_block; scale_bits zeroed first.
 __global__ void block_absmax_bits(const float* __restrict__ x, long long n, long long block,
                                   long long seg, long long segs_per_block,
                                   unsigned int* __restrict__ scale_bits) {
@@ -30,7 +30,7 @@ __global__ void block_absmax_bits(const float* __restrict__ x, long long n, long
     unsigned int m = 0;
     for (long long i = start + threadIdx.x; i < end; i += blockDim.x) {
         unsigned int v = __float_as_uint(x[i]) & ABS_MASK;
-        if (v >= INF_BITS) v = NAN_BITS;
+        if (v > INF_BITS) v = NAN_BITS;  // one canonical NaN; NAN_BITS > INF_BITS, so NaN wins the max
         m = max(m, v);
     }
     for (int off = 16; off > 0; off >>= 1) m = max(m, __shfl_down_sync(0xffffffffu, m, off));
@@ -41,6 +41,14 @@ __global__ void block_absmax_bits(const float* __restrict__ x, long long n, long
         for (int off = 16; off > 0; off >>= 1) m = max(m, __shfl_down_sync(0xffffffffu, m, off));
         if (threadIdx.x == 0 && m > 0) atomicMax(&scale_bits[b], m);
     }
+}
+
+// v = x / scale; for a block whose scale is +Inf: ±1 for ±Inf, 0 for every finite x; 0 for a
+// zero or NaN scale.
+__device__ __forceinline__ float scaled_value(float xj, float s) {
+    if (s > 0.0f && s < INFINITY) return __fdiv_rn(xj, s);
+    if (s == INFINITY && isinf(xj)) return copysignf(1.0f, xj);
+    return 0.0f;
 }
 
 // One thread per output byte. Nearest: code = count(mids < x/scale). Stochastic: between
@@ -62,7 +70,7 @@ __global__ void encode_codebook(const float* __restrict__ x, long long n, long l
             long long j = k * per + q;
             if (j >= n) break;
             float s = scales[j / block];
-            float v = (s > 0.0f && s < INFINITY) ? __fdiv_rn(x[j], s) : 0.0f;
+            float v = scaled_value(x[j], s);
             int code = 0;
             if (!stochastic) {
                 for (int step = L / 2; step > 0; step >>= 1)

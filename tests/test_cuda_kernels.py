@@ -52,3 +52,22 @@ def test_cuda_bytes_match_reference(cp, name, kw):
         acc = cp.ones(n, cp.float32)
         q.dequantize(cp.asarray(ref), fmt, n, out=acc, accumulate=True)
         np.testing.assert_array_equal(cp.asnumpy(acc), np.float32(1) + y_ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["q8", "q8_linear", "q4"])
+@pytest.mark.parametrize("kw", [{}, {"rounding": "stochastic", "seed": 3}, {"block_size": 0}])
+def test_cuda_overflowed_block_keeps_its_infinities(cp, name, kw):
+    """A block holding ±Inf and no NaN: scale +Inf, ±Inf decodes to ±Inf (docs/formats.md, Overflow)."""
+    x = np.random.default_rng(1).standard_normal(3000).astype(np.float32)
+    x[1100], x[1500] = np.inf, -np.inf
+    fmt = get(name, **kw)
+    if fmt.block_size:
+        x[2500] = np.nan  # another block: NaN there, the Inf block keeps its infinities
+    ref = q.quantize(x, fmt, backend="reference")
+    dev = cp.asnumpy(q.quantize(cp.asarray(x), fmt))
+    assert np.array_equal(ref, dev)
+    y = cp.asnumpy(q.dequantize(cp.asarray(dev), fmt, x.size))
+    assert y[1100] == np.inf and y[1500] == -np.inf
+    assert np.isnan(y[2500])  # a NaN input, or (one block) a finite element of the Inf block
+    assert np.isfinite(y[:1024]).all() == bool(fmt.block_size)

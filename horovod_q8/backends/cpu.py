@@ -1,13 +1,24 @@
 """CPU backend: the Numba kernels behind the same signatures as the NumPy reference."""
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import numpy as np
 
 from horovod_q8.backends import cpu_kernels as K
-from horovod_q8.formats.codebooks import tables, threshold_tables
+from horovod_q8.formats.codebooks import tables
 from horovod_q8.formats.spec import CODEBOOK, Format
+
+MAX_LEVELS = 7  # the threshold kernel's unrolled level count: 2 ** (bits - 1) - 1 for 4 bits
+
+
+@functools.lru_cache(maxsize=None)
+def padded_levels(levels: tuple) -> np.ndarray:
+    """float32[MAX_LEVELS]: a threshold format's levels, then +inf (never <= a finite |g|)."""
+    out = np.full(MAX_LEVELS, np.inf, dtype=np.float32)
+    out[: len(levels)] = np.asarray(levels, dtype=np.float32)
+    return out
 
 
 def encode(x: np.ndarray, fmt: Format, residual: Optional[np.ndarray] = None,
@@ -21,18 +32,15 @@ def encode(x: np.ndarray, fmt: Format, residual: Optional[np.ndarray] = None,
     if n == 0:
         return out
     if fmt.kind == CODEBOOK:
-        block = fmt.block_for(n)
-        scale_bits = out[: 4 * nb].view(np.uint32)
-        K.kernel("block_scale_bits", n)(x.view(np.uint32), n, block, min(block, 1 << 16), scale_bits)
         t = tables(fmt.codebook, fmt.bits)
-        K.kernel("encode_codebook", n)(x, n, block, scale_bits.view(np.float32), codes, t.lut, t.mids,
-                          t.values, t.size, fmt.bits, fmt.rounding == "stochastic",
-                          (fmt.seed if seed is None else seed) & 0xFFFFFFFF)
+        K.kernel("encode_codebook", n)(
+            x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, t.lut, t.mids, t.values,
+            t.positive_mid_bits, t.size, fmt.bits, t.zero_code, fmt.rounding == "stochastic", (fmt.seed if seed is None else seed) & 0xFFFFFFFF)
     else:
         use = residual is not None
         r = residual if use else np.empty(0, np.float32)
-        lut, levels = threshold_tables(tuple(fmt.levels))
-        K.kernel("encode_threshold", n)(x, n, r, use, codes, lut, levels, fmt.decode_table(), fmt.bits)
+        K.kernel("encode_threshold", n)(x, n, r, use, codes, padded_levels(tuple(fmt.levels)), len(fmt.levels),
+                                        fmt.bits)
     return out
 
 
@@ -45,5 +53,5 @@ def decode(buf: np.ndarray, fmt: Format, n: int, out: Optional[np.ndarray] = Non
         return out
     nb = fmt.n_blocks(n)
     K.kernel("decode", n)(buf[4 * nb:], n, fmt.block_for(n), buf[: 4 * nb].view(np.float32), fmt.has_scales,
-             fmt.decode_table(), fmt.bits, out, accumulate)
+                          fmt.decode_table(), fmt.bits, out, accumulate)
     return out

@@ -3,6 +3,11 @@
 Called only through `backends.cpu`; every array argument is contiguous and float32/uint8.
 Each kernel exists twice: serial, and parallel over chunks (`PARALLEL[...]`) for large
 tensors, where it pays for waking the thread pool.
+
+Speed comes from loops LLVM vectorises: each inner loop runs over a slice from index 0 (an
+index like `x[start + i]` may be negative to Numba, which then checks it and gives up on
+SIMD), and the work of one block (absmax, divide, table search, packing) runs while the
+block is in the L1 cache instead of one pass over the whole tensor per step.
 """
 from __future__ import annotations
 
@@ -13,35 +18,26 @@ ABS_MASK = np.uint32(0x7FFFFFFF)
 INF_BITS = np.uint32(0x7F800000)
 NAN_BITS = np.uint32(0x7FC00000)
 CHUNK = 16384  # elements per parallel work item; a multiple of 8 so packed bytes never straddle
+FUSED_MAX = 1 << 16  # largest block encoded in one pass (scale and codes while it is cached)
 
 
-def block_scale_bits(xbits, n, block, seg, scale_bits):
-    """Absmax per block as float32 bits, NaN bits for a block holding NaN/Inf.
-
-    Integer max on |x|'s bits orders non-negative floats correctly and vectorises; any bit
-    pattern >= INF_BITS is Inf or NaN. Blocks are cut into segments of `seg` for parallelism.
-    """
-    nb = scale_bits.size
-    segs_per_block = (block + seg - 1) // seg
-    partial = np.zeros(nb * segs_per_block, dtype=np.uint32)
-    for p in prange(nb * segs_per_block):
-        b = p // segs_per_block
-        s = b * block + (p % segs_per_block) * seg
-        e = min(s + seg, (b + 1) * block, n)
-        m = np.uint32(0)
-        for i in range(s, e):
-            v = xbits[i] & ABS_MASK
-            m = v if v > m else m
-        partial[p] = m
-    for b in range(nb):
-        m = np.uint32(0)
-        for q in range(segs_per_block):
-            v = partial[b * segs_per_block + q]
-            m = v if v > m else m
-        scale_bits[b] = NAN_BITS if m >= INF_BITS else m
+@njit(cache=True)
+def _absmax_bits(xb):
+    """max |x| over a block as float32 bits; integer max orders non-negative floats and vectorises."""
+    m = np.uint32(0)
+    for i in range(xb.size):
+        v = np.uint32(xb[i] & ABS_MASK)  # Numba widens integer results to 64 bits unless told
+        m = v if v > m else m
+    return m
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
+def _scale_bits(m):
+    """A block's scale from its absmax bits: any NaN gives the canonical NaN, ±Inf gives +Inf."""
+    return NAN_BITS if m > INF_BITS else m
+
+
+@njit(cache=True)
 def _uniform(seed, i):
     h = (np.uint64(i) + np.uint64(seed) * np.uint64(0x9E3779B9)) & np.uint64(0xFFFFFFFF)
     h ^= h >> np.uint64(16)
@@ -52,136 +48,408 @@ def _uniform(seed, i):
     return np.float32(h >> np.uint64(8)) * np.float32(2.0 ** -24)
 
 
-@njit(cache=True, inline="always")
-def _pack_chunk(ctmp, length, bits, codes, byte0):
-    """Pack `length` codes into bytes from codes[byte0], the first code in the lowest bits."""
-    if bits == 8:
-        for j in range(length):
-            codes[byte0 + j] = ctmp[j]
-    elif bits == 4:
-        full = length // 2
-        for k in range(full):
-            codes[byte0 + k] = ctmp[2 * k] | (ctmp[2 * k + 1] << np.uint8(4))
-        if length % 2:
-            codes[byte0 + full] = ctmp[length - 1]
+@njit(cache=True)
+def _divide(xs, s, vt):
+    """vt = xs / s: the IEEE division of the spec (a reciprocal would change some bytes)."""
+    for i in range(xs.size):
+        vt[i] = xs[i] / s
+
+
+@njit(cache=True)
+def _divide_overflowed(xs, vt):
+    """The values of a block whose scale is +Inf: ±Inf -> ±1, every finite element -> 0."""
+    for i in range(xs.size):
+        a = xs[i]
+        vt[i] = np.float32(1.0) if a == np.inf else (np.float32(-1.0) if a == -np.inf else np.float32(0.0))
+
+
+@njit(cache=True)
+def _nearest_lut(vt, length, lut, mids, ct):
+    """ct = count(mids < v): a lookup on v's top 16 bits, then one comparison (exact, see codebooks)."""
+    vb = vt.view(np.uint32)
+    for i in range(length):
+        k = lut[vb[i] >> np.uint32(16)]
+        ct[i] = k + (mids[k] < vt[i])
+
+
+@njit(cache=True)
+def _nearest_count16(vt, length, mids, c32):
+    """c32 = count(mids < v) for a 4-bit table (mids padded with +inf): 15 compares that vectorise.
+
+    Counted in int32 (a uint8 result makes LLVM pack every comparison to bytes).
+    """
+    m0, m1, m2, m3, m4 = mids[0], mids[1], mids[2], mids[3], mids[4]
+    m5, m6, m7, m8, m9 = mids[5], mids[6], mids[7], mids[8], mids[9]
+    m10, m11, m12, m13, m14 = mids[10], mids[11], mids[12], mids[13], mids[14]
+    for i in range(length):
+        v = vt[i]
+        c = np.int32(m0 < v)
+        c = np.int32(c + np.int32(m1 < v))
+        c = np.int32(c + np.int32(m2 < v))
+        c = np.int32(c + np.int32(m3 < v))
+        c = np.int32(c + np.int32(m4 < v))
+        c = np.int32(c + np.int32(m5 < v))
+        c = np.int32(c + np.int32(m6 < v))
+        c = np.int32(c + np.int32(m7 < v))
+        c = np.int32(c + np.int32(m8 < v))
+        c = np.int32(c + np.int32(m9 < v))
+        c = np.int32(c + np.int32(m10 < v))
+        c = np.int32(c + np.int32(m11 < v))
+        c = np.int32(c + np.int32(m12 < v))
+        c = np.int32(c + np.int32(m13 < v))
+        c32[i] = np.int32(c + np.int32(m14 < v))
+
+
+@njit(cache=True)
+def _nearest_symmetric7(vt, length, pos, center, c32):
+    """c32 = count(mids < v) for a table symmetric about 0 with 7 positive mids (q4), as bits.
+
+    v >= 0: center + #{p < v}; v < 0: center - #{p <= |v|} = center - #{p < next float after |v|}.
+    Positive floats order like their bits, so 7 int32 compares do it (-0.0 gives center, as 0.0).
+    """
+    p0, p1, p2, p3, p4, p5, p6 = pos[0], pos[1], pos[2], pos[3], pos[4], pos[5], pos[6]
+    vb = vt.view(np.int32)
+    for i in range(length):
+        b = vb[i]
+        neg = np.int32(b < 0)
+        a = np.int32(np.int32(b & np.int32(0x7FFFFFFF)) + neg)
+        c = np.int32(p0 < a)
+        c = np.int32(c + np.int32(p1 < a))
+        c = np.int32(c + np.int32(p2 < a))
+        c = np.int32(c + np.int32(p3 < a))
+        c = np.int32(c + np.int32(p4 < a))
+        c = np.int32(c + np.int32(p5 < a))
+        c = np.int32(c + np.int32(p6 < a))
+        c32[i] = np.int32(center + np.int32(np.int32(1 - 2 * neg) * c))
+
+
+@njit(cache=True)
+def _stochastic(vt, length, values, size, seed, index0, ct):
+    """Between the neighbouring values lo <= v < hi, up with probability (v - lo) / (hi - lo)."""
+    for j in range(length):
+        v = vt[j]
+        lo, hi = 0, size  # largest lo with values[lo] <= v
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if values[mid] <= v:
+                lo = mid
+            else:
+                hi = mid
+        code = lo
+        if lo < size - 1 and values[lo] != v:
+            p = (v - values[lo]) / (values[lo + 1] - values[lo])
+            if _uniform(seed, index0 + j) < p:
+                code = lo + 1
+        ct[j] = code
+
+
+@njit(cache=True)
+def _segment_codes(xs, sbits, scale, vt, ct, lut, mids, values, pos, size, bits, zero_code, stochastic, seed,
+                   index0):
+    """Unpacked codes ct[:len(xs)] of elements xs of one block, whose scale is `scale` (bits `sbits`).
+
+    pos: the positive mids' bits of a symmetric 4-bit table (7 of them), else empty.
+    """
+    length = xs.size
+    if sbits == 0 or sbits > INF_BITS:  # all zeros, or a NaN in the block: every code is 0.0's
+        for i in range(length):
+            ct[i] = zero_code
+        return
+    if sbits == INF_BITS:
+        _divide_overflowed(xs, vt)
     else:
-        full = length // 4
-        for k in range(full):
-            codes[byte0 + k] = (ctmp[4 * k] | (ctmp[4 * k + 1] << np.uint8(2))
-                                | (ctmp[4 * k + 2] << np.uint8(4)) | (ctmp[4 * k + 3] << np.uint8(6)))
-        if length % 4:
-            acc = np.uint8(0)
-            for q in range(length % 4):
-                acc |= ctmp[4 * full + q] << np.uint8(2 * q)
-            codes[byte0 + full] = acc
+        _divide(xs, scale, vt)
+    if stochastic:
+        _stochastic(vt, length, values, size, seed, index0, ct)
+    elif bits == 8:
+        _nearest_lut(vt, length, lut, mids, ct)
+    elif pos.size == 7:
+        _nearest_symmetric7(vt, length, pos, np.int32(zero_code), ct)
+    else:
+        _nearest_count16(vt, length, mids, ct)
 
 
-def encode_codebook(x, n, block, scales, codes, lut, mids, values, size, bits, stochastic, seed):
-    """Codes = count(mids < x/scale) (nearest) or stochastic rounding between neighbours."""
-    nchunks = (n + CHUNK - 1) // CHUNK
+@njit(cache=True)
+def _pack(c32, length, bits, out):
+    """Pack `length` int32 codes into out, 8/bits per byte, the first code in the lowest bits."""
     per = 8 // bits
-    for c in prange(nchunks):
+    full = length // per
+    if bits == 4:
+        for k in range(full):
+            out[k] = np.uint8(c32[2 * k] | (c32[2 * k + 1] << np.int32(4)))
+    else:
+        for k in range(full):
+            out[k] = np.uint8(c32[4 * k] | (c32[4 * k + 1] << np.int32(2)) | (c32[4 * k + 2] << np.int32(4))
+                              | (c32[4 * k + 3] << np.int32(6)))
+    if length % per:
+        acc = np.int32(0)
+        for q in range(length % per):
+            acc |= c32[per * full + q] << np.int32(bits * q)
+        out[full] = np.uint8(acc)
+
+
+def encode_codebook(x, n, block, scale_bits, codes, lut, mids, values, pos, size, bits, zero_code, stochastic,
+                    seed):
+    """Scales (absmax per block) and codes (count(mids < x/scale), or stochastic rounding).
+
+    Blocks up to FUSED_MAX whose packed codes start on a byte: one pass, block by block, a
+    work item being a run of whole blocks. Otherwise the scales first (segments of huge blocks
+    in parallel), then the codes chunk by chunk. 8-bit codes go straight into the output;
+    4-bit ones through an int32 buffer, then packed.
+    """
+    per = 8 // bits
+    nb = scale_bits.size
+    xb = x.view(np.uint32)
+    scales = scale_bits.view(np.float32)
+    if block <= FUSED_MAX and (block % 8 == 0 or nb == 1):
+        bpi = max(1, CHUNK // block)  # blocks per work item
+        for it in prange((nb + bpi - 1) // bpi):
+            vt = np.empty(block, dtype=np.float32)
+            ct = np.empty(block if bits < 8 else 0, dtype=np.int32)
+            for b in range(it * bpi, min(nb, (it + 1) * bpi)):
+                s = b * block
+                e = min(s + block, n)
+                sb = _scale_bits(_absmax_bits(xb[s:e]))
+                scale_bits[b] = sb
+                if bits == 8:
+                    _segment_codes(x[s:e], sb, scales[b], vt, codes[s:e], lut, mids, values, pos, size, bits,
+                                   zero_code, stochastic, seed, s)
+                else:
+                    _segment_codes(x[s:e], sb, scales[b], vt, ct, lut, mids, values, pos, size, bits,
+                                   zero_code, stochastic, seed, s)
+                    _pack(ct, e - s, bits, codes[s // per:])
+        return
+    seg = min(block, 1 << 16)
+    segs_per_block = (block + seg - 1) // seg
+    partial = np.zeros(nb * segs_per_block, dtype=np.uint32)
+    for p in prange(nb * segs_per_block):
+        b = p // segs_per_block
+        s = b * block + (p % segs_per_block) * seg
+        e = min(s + seg, (b + 1) * block, n)
+        partial[p] = _absmax_bits(xb[s:e])
+    for b in range(nb):
+        m = np.uint32(0)
+        for q in range(segs_per_block):
+            v = partial[b * segs_per_block + q]
+            m = v if v > m else m
+        scale_bits[b] = _scale_bits(m)
+    for c in prange((n + CHUNK - 1) // CHUNK):
         start = c * CHUNK
         end = min(start + CHUNK, n)
-        vtmp = np.empty(end - start, dtype=np.float32)
-        ctmp = np.empty(end - start, dtype=np.uint8)
+        vt = np.empty(end - start, dtype=np.float32)
+        ct = np.empty(end - start if bits < 8 else 0, dtype=np.int32)
         i = start
         while i < end:
             b = i // block
             e = min(end, (b + 1) * block)
-            s = scales[b]
-            if s > 0 and s < np.inf:
-                for j in range(i, e):
-                    vtmp[j - start] = x[j] / s
+            if bits == 8:
+                _segment_codes(x[i:e], scale_bits[b], scales[b], vt, codes[i:e], lut, mids, values, pos, size,
+                               bits, zero_code, stochastic, seed, i)
             else:
-                for j in range(i, e):
-                    vtmp[j - start] = np.float32(0)
+                _segment_codes(x[i:e], scale_bits[b], scales[b], vt, ct[i - start:], lut, mids, values, pos,
+                               size, bits, zero_code, stochastic, seed, i)
             i = e
-        vbits = vtmp.view(np.uint32)
-        if not stochastic and bits == 8:  # straight into the output, no packing pass
-            for j in range(end - start):
-                k = lut[vbits[j] >> np.uint32(16)]
-                codes[start + j] = k + (mids[k] < vtmp[j])
-            continue
-        if not stochastic:
-            for j in range(end - start):
-                k = lut[vbits[j] >> np.uint32(16)]
-                ctmp[j] = k + (mids[k] < vtmp[j])
-        else:
-            for j in range(end - start):
-                v = vtmp[j]
-                lo, hi = 0, size  # largest lo with values[lo] <= v
-                while hi - lo > 1:
-                    mid = (lo + hi) // 2
-                    if values[mid] <= v:
-                        lo = mid
-                    else:
-                        hi = mid
-                code = lo
-                if lo < size - 1 and values[lo] != v:
-                    p = (v - values[lo]) / (values[lo + 1] - values[lo])
-                    if _uniform(seed, start + j) < p:
-                        code = lo + 1
-                ctmp[j] = code
-        _pack_chunk(ctmp, end - start, bits, codes, start // per)
+        if bits < 8:
+            _pack(ct, end - start, bits, codes[start // per:])
 
 
-def encode_threshold(x, n, residual, use_residual, codes, lut, levels, table, bits):
-    """Sign + magnitude index k = count(levels <= |x + residual|); residual keeps the rest.
+@njit(cache=True)
+def _threshold_codes(gs, levels, half, c32, rs, use_residual):
+    """Codes of g: k = count(levels <= |g|), plus the sign bit `half` when g < 0 < k; half alone
+    for a non-finite g. With use_residual, rs = g - the value sent (0 for a non-finite g).
 
-    levels is padded with +inf; k = lut[bits(|g|) >> 16] + (levels[that] <= |g|), as for codebooks;
-    table[code] is the signed value sent for a code (the format's decode table).
+    levels: 7 entries, padded with +inf. Only selects between constants in the loop, no integer
+    arithmetic: Numba widens integer results to 64 bits (half the SIMD lanes), and a float-to-int
+    conversion inside a condition becomes slow masked stores. g - (-val) is g + val bit for bit.
     """
-    nchunks = (n + CHUNK - 1) // CHUNK
+    l0, l1, l2, l3, l4, l5, l6 = levels[0], levels[1], levels[2], levels[3], levels[4], levels[5], levels[6]
+    zero, z, h = np.float32(0), np.int32(0), np.int32(half)
+    p1, p2, p3, p4, p5, p6, p7 = (np.int32(1), np.int32(2), np.int32(3), np.int32(4), np.int32(5), np.int32(6),
+                                  np.int32(7))
+    n1, n2, n3, n4, n5, n6, n7 = (np.int32(1 + half), np.int32(2 + half), np.int32(3 + half),
+                                  np.int32(4 + half), np.int32(5 + half), np.int32(6 + half), np.int32(7 + half))
+    for j in range(gs.size):
+        g = gs[j]
+        a = abs(g)
+        val, kp, kn = zero, z, z
+        if l0 <= a:
+            val, kp, kn = l0, p1, n1
+        if l1 <= a:
+            val, kp, kn = l1, p2, n2
+        if l2 <= a:
+            val, kp, kn = l2, p3, n3
+        if l3 <= a:
+            val, kp, kn = l3, p4, n4
+        if l4 <= a:
+            val, kp, kn = l4, p5, n5
+        if l5 <= a:
+            val, kp, kn = l5, p6, n6
+        if l6 <= a:
+            val, kp, kn = l6, p7, n7
+        neg = g < zero
+        finite = a < np.float32(np.inf)
+        code = kn if neg else kp
+        c32[j] = code if finite else h
+        if use_residual:
+            sent = -val if neg else val
+            rs[j] = (g - sent) if finite else zero
+
+
+@njit(cache=True)
+def _threshold_codes1(gs, level, half, c32, rs, use_residual):
+    """`_threshold_codes` for a single level (twobit): one comparison per element."""
+    zero, z, h = np.float32(0), np.int32(0), np.int32(half)
+    p1, n1 = np.int32(1), np.int32(1 + half)
+    for j in range(gs.size):
+        g = gs[j]
+        a = abs(g)
+        hit = level <= a
+        neg = g < zero
+        finite = a < np.float32(np.inf)
+        code = (n1 if neg else p1) if hit else z
+        c32[j] = code if finite else h
+        if use_residual:
+            val = level if hit else zero
+            sent = -val if neg else val
+            rs[j] = (g - sent) if finite else zero
+
+
+@njit(cache=True)
+def _threshold_chunk(gs, levels, n_levels, half, c32, rs, use_residual):
+    """The codes (and residual) of one chunk; the `if` outside the loops keeps them branch-free."""
+    if n_levels == 1:
+        if use_residual:
+            _threshold_codes1(gs, levels[0], half, c32, rs, True)
+        else:
+            _threshold_codes1(gs, levels[0], half, c32, rs, False)
+    elif use_residual:
+        _threshold_codes(gs, levels, half, c32, rs, True)
+    else:
+        _threshold_codes(gs, levels, half, c32, rs, False)
+
+
+def encode_threshold(x, n, residual, use_residual, codes, levels, n_levels, bits):
+    """Sign + magnitude index of g = x + residual; the residual keeps what was not sent."""
     per = 8 // bits
-    half = 1 << (bits - 1)
-    for c in prange(nchunks):
+    half = np.int32(1 << (bits - 1))
+    for c in prange((n + CHUNK - 1) // CHUNK):
         start = c * CHUNK
         end = min(start + CHUNK, n)
         length = end - start
-        gtmp = np.empty(length, dtype=np.float32)
-        atmp = np.empty(length, dtype=np.float32)
-        ctmp = np.empty(length, dtype=np.uint8)
+        ct = np.empty(length, dtype=np.int32)
+        xs = x[start:end]
         if use_residual:
+            gt = np.empty(length, dtype=np.float32)
+            rs = residual[start:end]
             for j in range(length):
-                gtmp[j] = x[start + j] + residual[start + j]
+                gt[j] = xs[j] + rs[j]
+            _threshold_chunk(gt, levels, n_levels, half, ct, rs, True)
         else:
-            for j in range(length):
-                gtmp[j] = x[start + j]
-        for j in range(length):
-            atmp[j] = abs(gtmp[j])
-        abits = atmp.view(np.uint32)
-        for j in range(length):
-            k = lut[abits[j] >> np.uint32(16)]
-            k += levels[k] <= atmp[j]
-            neg = (gtmp[j] < 0) & (k > 0)
-            ctmp[j] = half if abits[j] >= INF_BITS else k + half * neg
-        if use_residual:
-            # table[code] is the signed value sent; a non-finite g restarts from 0.
-            for j in range(length):
-                c = ctmp[j]
-                residual[start + j] = np.float32(0) if c == half else gtmp[j] - table[c]
-        _pack_chunk(ctmp, length, bits, codes, start // per)
+            _threshold_chunk(xs, levels, n_levels, half, ct, xs, False)  # xs is not written
+        _pack(ct, length, bits, codes[start // per:])
 
 
-@njit(cache=True, inline="always")
-def _decode_one(codes, j, lp, per, bits, mask, table, s, out, accumulate):
-    code = (codes[j >> lp] >> ((j & (per - 1)) * bits)) & mask
+@njit(cache=True)
+def _scaled_table(table, s, st):
+    """st = table * s: one float32 multiply per code, the same product as per element."""
+    for i in range(st.size):
+        st[i] = table[i] * s
+
+
+@njit(cache=True)
+def _decode_words(c64, st, o8):
+    """Eight 8-bit codes per 64-bit load (fewer memory operations than one load per code)."""
+    for k in range(c64.size):
+        w = c64[k]
+        for q in range(8):
+            o8[k, q] = st[(w >> np.uint64(8 * q)) & np.uint64(255)]
+
+
+@njit(cache=True)
+def _decode_words_acc(c64, st, o8):
+    for k in range(c64.size):
+        w = c64[k]
+        for q in range(8):
+            o8[k, q] += st[(w >> np.uint64(8 * q)) & np.uint64(255)]
+
+
+@njit(cache=True)
+def _decode_bytes(cs, st, os, accumulate):
+    """8-bit codes: os = st[code] (or os += it)."""
+    words = cs.size // 8
     if accumulate:
-        out[j] += table[code] * s
+        _decode_words_acc(cs[: 8 * words].view(np.uint64), st, os[: 8 * words].reshape((words, 8)))
+        for j in range(8 * words, os.size):
+            os[j] += st[cs[j]]
     else:
-        out[j] = table[code] * s
+        _decode_words(cs[: 8 * words].view(np.uint64), st, os[: 8 * words].reshape((words, 8)))
+        for j in range(8 * words, os.size):
+            os[j] = st[cs[j]]
+
+
+@njit(cache=True)
+def _decode_nibbles(cs, st, os, accumulate):
+    """4-bit codes, two per byte, low nibble first; len(os) == 2 * len(cs)."""
+    if accumulate:
+        for k in range(cs.size):
+            byte = cs[k]
+            os[2 * k] += st[byte & np.uint8(15)]
+            os[2 * k + 1] += st[byte >> np.uint8(4)]
+    else:
+        for k in range(cs.size):
+            byte = cs[k]
+            os[2 * k] = st[byte & np.uint8(15)]
+            os[2 * k + 1] = st[byte >> np.uint8(4)]
+
+
+@njit(cache=True)
+def _decode_crumbs(cs, st, os, accumulate):
+    """2-bit codes, four per byte, lowest bits first; len(os) == 4 * len(cs)."""
+    for k in range(cs.size):
+        byte = cs[k]
+        for q in range(4):
+            v = st[(byte >> np.uint8(2 * q)) & np.uint8(3)]
+            if accumulate:
+                os[4 * k + q] += v
+            else:
+                os[4 * k + q] = v
+
+
+@njit(cache=True)
+def _decode_one(codes, j, per, bits, st, out, accumulate):
+    code = (codes[j // per] >> ((j % per) * bits)) & ((1 << bits) - 1)
+    if accumulate:
+        out[j] += st[code]
+    else:
+        out[j] = st[code]
+
+
+@njit(cache=True)
+def _decode_segment(codes, i, e, bits, st, out, accumulate):
+    """Elements [i, e) of one block: whole bytes through the fast loops, a straddling head/tail one by one."""
+    per = 8 // bits
+    head = min(e, (i + per - 1) // per * per)
+    body = head + (e - head) // per * per
+    for j in range(i, head):
+        _decode_one(codes, j, per, bits, st, out, accumulate)
+    cs = codes[head // per: body // per]
+    os = out[head:body]
+    if bits == 8:
+        _decode_bytes(cs, st, os, accumulate)
+    elif bits == 4:
+        _decode_nibbles(cs, st, os, accumulate)
+    else:
+        _decode_crumbs(cs, st, os, accumulate)
+    for j in range(body, e):
+        _decode_one(codes, j, per, bits, st, out, accumulate)
 
 
 def decode(codes, n, block, scales, has_scales, table, bits, out, accumulate):
-    """out = table[code] * scale (or out += it); threshold formats have no scales."""
-    nchunks = (n + CHUNK - 1) // CHUNK
-    per = 8 // bits
-    lp = 0 if per == 1 else (1 if per == 2 else 2)
-    mask = (1 << bits) - 1
-    for c in prange(nchunks):
+    """out = table[code] * scale (or out += it); threshold formats have no scales (scale 1)."""
+    for c in prange((n + CHUNK - 1) // CHUNK):
         start = c * CHUNK
         end = min(start + CHUNK, n)
+        st = np.empty(table.size, dtype=np.float32)
         i = start
         while i < end:
             s = np.float32(1)
@@ -190,45 +458,12 @@ def decode(codes, n, block, scales, has_scales, table, bits, out, accumulate):
                 b = i // block
                 e = min(end, (b + 1) * block)
                 s = scales[b]
-            if per == 1:
-                if accumulate:
-                    for j in range(i, e):
-                        out[j] += table[codes[j]] * s
-                else:
-                    for j in range(i, e):
-                        out[j] = table[codes[j]] * s
-            else:
-                # unaligned head and tail element by element; whole bytes in between
-                head = min(e, (i + per - 1) & ~(per - 1))
-                body = head + ((e - head) // per) * per
-                for j in range(i, head):
-                    _decode_one(codes, j, lp, per, bits, mask, table, s, out, accumulate)
-                if per == 2:
-                    for k in range(head >> 1, body >> 1):
-                        byte = codes[k]
-                        v0 = table[byte & 15] * s
-                        v1 = table[byte >> 4] * s
-                        if accumulate:
-                            out[2 * k] += v0
-                            out[2 * k + 1] += v1
-                        else:
-                            out[2 * k] = v0
-                            out[2 * k + 1] = v1
-                else:
-                    for k in range(head >> 2, body >> 2):
-                        byte = codes[k]
-                        for q in range(4):
-                            v = table[(byte >> (2 * q)) & 3] * s
-                            if accumulate:
-                                out[4 * k + q] += v
-                            else:
-                                out[4 * k + q] = v
-                for j in range(body, e):
-                    _decode_one(codes, j, lp, per, bits, mask, table, s, out, accumulate)
+            _scaled_table(table, s, st)
+            _decode_segment(codes, i, e, bits, st, out, accumulate)
             i = e
 
 
-_KERNELS = (block_scale_bits, encode_codebook, encode_threshold, decode)
+_KERNELS = (encode_codebook, encode_threshold, decode)
 # nogil: TensorFlow may run two host calls (pieces of one pipelined tensor) at once
 SERIAL = {f.__name__: njit(cache=True, nogil=True)(f) for f in _KERNELS}
 PARALLEL = {f.__name__: njit(cache=True, parallel=True, nogil=True)(f) for f in _KERNELS}

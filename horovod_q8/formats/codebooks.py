@@ -127,6 +127,7 @@ class CodebookTables:
     lut: np.ndarray  # uint8[65536]; lut[bits(v) >> 16] = count(mids < smallest v of that key)
     size: int  # number of distinct values
     zero_code: int  # index of 0.0
+    positive_mid_bits: np.ndarray  # int32 bits of the positive mids if the table is symmetric about 0, else empty
 
 
 def _key_range(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -180,4 +181,7 @@ def tables(name: str, bits: int) -> CodebookTables:
 
     lut = bucket_lut(mids[: size - 1], "left", name)
     zero_code = int(np.nonzero(values == 0.0)[0][0])
-    return CodebookTables(padded, mids, lut, size, zero_code)
+    real = mids[: size - 1]
+    symmetric = bool(np.array_equal(real, -real[::-1]))
+    positive = real[real > 0].view(np.int32).copy() if symmetric else np.zeros(0, np.int32)
+    return CodebookTables(padded, mids, lut, size, zero_code, positive)

@@ -50,25 +50,34 @@ def unpack(packed: np.ndarray, bits: int, n: int) -> np.ndarray:
 
 
 def block_scales(x: np.ndarray, block: int) -> np.ndarray:
-    """Absmax per block; NaN for a block holding any NaN or Inf."""
+    """Absmax per block: NaN for a block holding any NaN, +Inf for one holding ±Inf and no NaN."""
     nb = -(-x.size // block)
     padded = np.zeros(nb * block, dtype=np.float32)
     padded[: x.size] = x
     rows = np.abs(padded.reshape(nb, block))
-    bad = ~np.isfinite(rows).all(axis=1)
     with np.errstate(invalid="ignore"):
-        scales = rows.max(axis=1)
-    scales[bad] = np.nan
+        scales = rows.max(axis=1)  # a NaN propagates through max, an Inf is the max
+    scales[np.isnan(scales)] = np.nan  # one canonical NaN, bits 0x7FC00000
     return scales.astype(np.float32)
+
+
+def scaled(x: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """v = x / s per element (s: each element's block scale), the value the codebook rounds.
+
+    A finite positive scale divides; an infinite scale (an overflowed block) sends ±Inf as ±1
+    and everything else as 0; a zero or NaN scale gives 0.
+    """
+    finite = np.isfinite(s) & (s > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        v = np.where(finite, x / np.where(finite, s, np.float32(1)), np.float32(0))
+    v = np.where(np.isinf(s) & np.isinf(x), np.sign(x), v)
+    return v.astype(np.float32)
 
 
 def _codebook_codes(x: np.ndarray, fmt: Format, scales: np.ndarray, seed: int) -> np.ndarray:
     t = tables(fmt.codebook, fmt.bits)
     block = fmt.block_for(x.size)
-    s = np.repeat(scales, block)[: x.size]
-    ok = np.isfinite(s) & (s > 0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        v = np.where(ok, x / np.where(ok, s, np.float32(1)), np.float32(0)).astype(np.float32)
+    v = scaled(x, np.repeat(scales, block)[: x.size])
     if fmt.rounding == "nearest":
         codes = np.searchsorted(t.mids[: t.size - 1], v, side="left")
     else:
@@ -79,7 +88,7 @@ def _codebook_codes(x: np.ndarray, fmt: Format, scales: np.ndarray, seed: int) -
             p = ((v - values[lo]) / (values[hi] - values[lo])).astype(np.float32)
         u = uniform(seed, np.arange(x.size, dtype=np.uint32))
         codes = lo + ((hi > lo) & (u < p))
-    return np.where(ok, codes, t.zero_code).astype(np.uint8)
+    return codes.astype(np.uint8)
 
 
 def _threshold_codes(x: np.ndarray, fmt: Format, residual: Optional[np.ndarray]) -> np.ndarray:
@@ -125,5 +134,6 @@ def decode(buf: np.ndarray, fmt: Format, n: int) -> np.ndarray:
     values = fmt.decode_table()[codes]
     if fmt.kind == CODEBOOK and n:
         scales = buf[: 4 * nb].view(np.float32)
-        values = values * np.repeat(scales, fmt.block_for(n))[:n]
+        with np.errstate(invalid="ignore"):  # 0 * Inf: the finite elements of an overflowed block
+            values = values * np.repeat(scales, fmt.block_for(n))[:n]
     return values.astype(np.float32)
