@@ -1,9 +1,14 @@
 """`horovod-q8 train mnist|cifar10|imagenet`: Horovod Keras training, as Horovod's examples do
 it (broadcast, metric averaging, LR scaled by N with warm-up, rank-0 output, checkpoints and
-resume), with any compression. Run it under horovodrun or mpirun."""
+resume), with any compression. Run it under horovodrun or mpirun.
+
+Resuming from --checkpoint-dir gives the weights of an uninterrupted run, bit for bit: epoch e's
+data order, augmentation and dropout masks are functions of (--seed, e) only, and every rank
+checkpoints its own compression state (error-feedback residuals differ per rank)."""
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -20,6 +25,9 @@ DEFAULTS = {"mnist": dict(batch_size=64, lr=0.02, epochs=3),
 SHAPES = {"mnist": (28, 28, 1), "cifar10": (32, 32, 3)}
 HOROVOD_OWN = ("none", "fp16")
 SEED_MAX = 2 ** 32 - 1  # numpy's and TensorFlow's seed range
+EPOCH_STRIDE = 1_000_003  # epoch seeds: seed * stride + epoch stays below 2**53 for any seed
+FEEDBACK = {"on": True, "off": False, "auto": None}
+STATE_DIR = "compression_state"  # under --checkpoint-dir: one folder per rank
 # (option, smallest value, why): numbers that mean nothing below their minimum.
 MINIMUMS: Tuple[Tuple[str, float, str], ...] = (
     ("epochs", 1, "0 trains and evaluates nothing"),
@@ -38,6 +46,9 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
     p.add_argument("--fused", action="store_true", help="bucketed fast path (horovod_q8's optimizer)")
     p.add_argument("--block-size", type=int, default=None, help="elements per scale; 0 = whole tensor")
     p.add_argument("--threshold", type=float, default=None, help="twobit / q4_threshold top level")
+    p.add_argument("--error-feedback", choices=tuple(FEEDBACK), default="auto",
+                   help="keep what quantization dropped for the next step (auto: on for twobit "
+                        "and q4_threshold, off for the codebook formats)")
     p.add_argument("--epochs", type=int)
     p.add_argument("--batch-size", type=int, help="per rank")
     p.add_argument("--lr", type=float, help="per rank; scaled by the number of ranks")
@@ -102,24 +113,47 @@ def refuse(problems: List[str], parser: Callable[[], argparse.ArgumentParser]) -
         parser().error("; ".join(problems))
 
 
+def feedback_problems(compression: str, error_feedback: str) -> List[str]:
+    """--error-feedback on/off means nothing for Horovod's own compressors, and off cannot be
+    honoured by the threshold formats (their residual is part of the format)."""
+    if compression in HOROVOD_OWN and error_feedback != "auto":
+        return [f"--error-feedback does not apply to --compression {compression} (Horovod's own)"]
+    if error_feedback == "off" and compression not in HOROVOD_OWN and get(compression).uses_residual:
+        return [f"--error-feedback off does not apply to --compression {compression}: its residual "
+                f"is part of the format (it always keeps one)"]
+    return []
+
+
 def check_args(args: argparse.Namespace) -> List[str]:
     """Everything wrong with `horovod-q8 train`'s arguments (empty when they make sense)."""
     return (number_problems(args, MINIMUMS)
-            + compression_problems(args.compression, args.block_size, args.threshold))
+            + compression_problems(args.compression, args.block_size, args.threshold)
+            + feedback_problems(args.compression, getattr(args, "error_feedback", "auto")))
 
 
-def _load(args, hvd, tf):
-    """(train_ds, test_ds, classes, steps_per_epoch) for this rank."""
+def epoch_seed(seed: int, epoch):
+    """The seed of epoch `epoch` (an int or an int64 tensor): distinct for every (seed, epoch)."""
+    return seed * EPOCH_STRIDE + epoch
+
+
+def _load(args, hvd, tf, initial_epoch: int = 0):
+    """(train_ds, test_ds, classes, steps_per_epoch) for this rank; train_ds starts at
+    `initial_epoch` and holds exactly steps_per_epoch batches per epoch."""
+    loaded = _load_arrays(args, hvd)
+    return _pipelines(args, hvd, tf, loaded, initial_epoch)
+
+
+def _load_arrays(args, hvd):
+    """What the model needs before a checkpoint is read: ("arrays", data, classes, steps) or,
+    for ImageNet files, ("imagenet", epoch 0's (train, test) pipelines, classes, steps)."""
     from horovod_q8.workloads import datasets as D
 
     shape = SHAPES.get(args.dataset, (args.image_size, args.image_size, 3))
     if args.dataset == "imagenet" and not args.synthetic:
         if args.data_dir is None:
             raise D.DatasetError("ImageNet needs --data-dir (JPEG folders or TFRecords)")
-        train, test, classes, n = D.imagenet_datasets(args.data_dir, args.batch_size, hvd.rank(),
-                                                      hvd.size(), args.seed, args.image_size,
-                                                      tfrecord_classes=args.num_classes)
-        return train.repeat(), test, classes, args.steps_per_epoch or n // (args.batch_size * hvd.size())
+        train, test, classes, n = _imagenet(args, hvd, epoch_seed(args.seed, 0))
+        return "imagenet", (train, test), classes, args.steps_per_epoch or n // (args.batch_size * hvd.size())
     if args.synthetic:
         classes = 1000 if args.dataset == "imagenet" else 10
         steps = args.steps_per_epoch or 20
@@ -127,48 +161,208 @@ def _load(args, hvd, tf):
     else:
         data = D.load_mnist(args.data_dir) if args.dataset == "mnist" else D.load_cifar10(args.data_dir)
         classes = data.classes
-    train = (tf.data.Dataset.from_tensor_slices((data.x_train, data.y_train))
-             .shard(hvd.size(), hvd.rank())
-             .shuffle(10000, seed=args.seed, reshuffle_each_iteration=True))
-    if args.dataset == "cifar10" and not args.synthetic:
-        train = train.map(_augment_cifar, num_parallel_calls=tf.data.AUTOTUNE)
-    train = train.repeat().batch(args.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    steps = args.steps_per_epoch or len(data.x_train) // (args.batch_size * hvd.size())
+    return "arrays", data, classes, steps
+
+
+def _imagenet(args, hvd, seed: int):
+    from horovod_q8.workloads import datasets as D
+
+    return D.imagenet_datasets(args.data_dir, args.batch_size, hvd.rank(), hvd.size(), seed,
+                               args.image_size, tfrecord_classes=args.num_classes)
+
+
+def _pipelines(args, hvd, tf, loaded, initial_epoch: int):
+    """(train_ds, test_ds, classes, steps) from `_load_arrays`' result."""
+    kind, data, classes, steps = loaded
+    if kind == "imagenet":
+        # The JPEG pipeline is one stream reshuffled per pass; reseeding it at the resumed epoch
+        # avoids replaying epoch 0's order, but the order is not the uninterrupted run's.
+        if initial_epoch:
+            data = _imagenet(args, hvd, epoch_seed(args.seed, initial_epoch))[:2]
+        return data[0].repeat(), data[1], classes, steps
+    # this rank's shard, as Dataset.shard(size, rank) takes it
+    x, y = (tf.constant(a[hvd.rank()::hvd.size()]) for a in (data.x_train, data.y_train))
+    augment = args.dataset == "cifar10" and not args.synthetic
+    train = tf.data.Dataset.counter(initial_epoch).flat_map(
+        _epoch_batches(tf, x, y, args.seed, args.batch_size, steps, augment))
     test = (tf.data.Dataset.from_tensor_slices((data.x_test, data.y_test))
             .shard(hvd.size(), hvd.rank()).batch(256).prefetch(tf.data.AUTOTUNE))
-    steps = args.steps_per_epoch or len(data.x_train) // (args.batch_size * hvd.size())
-    return train, test, classes, steps
+    return train.prefetch(tf.data.AUTOTUNE), test, classes, steps
 
 
-def _augment_cifar(x, y):
+def _epoch_batches(tf, x, y, seed: int, batch_size: int, steps: int, augment: bool) -> Callable:
+    """epoch -> that epoch's `steps` batches of (x, y): passes over the shard in permutations
+    drawn (like the augmentation) from (seed, epoch, pass) with stateless ops only, so a process
+    that starts at epoch e sees what an uninterrupted one saw there. (Seeds [s, -1 - pass] for
+    permutations, [s, element] for augmentation: never the same pair.)"""
+    n = int(x.shape[0])
+
+    def batches(epoch):
+        s = epoch_seed(seed, epoch)
+        order = tf.data.Dataset.counter().flat_map(lambda p: tf.data.Dataset.from_tensor_slices(
+            tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), tf.stack([s, -1 - p]))))
+        if augment:
+            ds = order.enumerate().map(
+                lambda k, i: _augment_cifar(tf.gather(x, i), tf.gather(y, i), tf.stack([s, k])),
+                num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size, drop_remainder=True)
+        else:
+            ds = order.batch(batch_size, drop_remainder=True).map(lambda i: (tf.gather(x, i), tf.gather(y, i)))
+        return ds.take(steps)
+    return batches
+
+
+def _augment_cifar(x, y, seed):
+    """Random flip and crop, stateless: the same (seed, element) gives the same image."""
     import tensorflow as tf
 
-    x = tf.image.random_flip_left_right(x)
-    x = tf.image.random_crop(tf.pad(x, [[4, 4], [4, 4], [0, 0]], mode="REFLECT"), (32, 32, 3))
+    flip, crop = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    x = tf.image.stateless_random_flip_left_right(x, flip)
+    x = tf.image.stateless_random_crop(tf.pad(x, [[4, 4], [4, 4], [0, 0]], mode="REFLECT"),
+                                       (32, 32, 3), crop)
     return x, y
 
 
-class _EpochCheckpoint:
-    """tf.train.Checkpoint of model, optimizer and epoch; written by rank 0, read by all."""
+def compression_state(optimizer, comp):
+    """The CompressionState that reduces `optimizer`'s gradients: its fused reducer's, or on
+    the per-tensor path (HOROVOD_Q8_FUSED=0) the compressor's own; None for Horovod's own."""
+    from horovod_q8.tensorflow import Q8Compressor, state_of
 
-    def __init__(self, tf, directory: str, model, optimizer):
+    try:
+        return state_of(optimizer)
+    except TypeError:
+        return comp.state if isinstance(comp, Q8Compressor) else None
+
+
+class _EpochCheckpoint:
+    """Model, optimizer and epoch, written by rank 0 (the replicas are identical), and each
+    rank's CompressionState, written by that rank (its error-feedback residuals are its own).
+    Every rank reads both from `directory`, which every rank must see."""
+
+    def __init__(self, tf, hvd, directory: str, model, optimizer, comp):
+        self.tf, self.rank, self.size = tf, hvd.rank(), hvd.size()
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=self.epoch)
         self.manager = tf.train.CheckpointManager(self.ckpt, directory, max_to_keep=3)
+        self.state = compression_state(optimizer, comp)
+        self.state_dir = Path(directory) / STATE_DIR / f"rank{self.rank}-of-{self.size}"
+        self.own = tf.train.Checkpoint(state=self.state) if self.state is not None else None
+        self.own_manager = (tf.train.CheckpointManager(self.own, str(self.state_dir), max_to_keep=3)
+                            if self.own is not None else None)
 
     def restore(self) -> int:
-        if self.manager.latest_checkpoint:
-            self.ckpt.restore(self.manager.latest_checkpoint)
-        return int(self.epoch.numpy())
+        """The epoch to start at (0 without a checkpoint), the same on every rank."""
+        latest = self.manager.latest_checkpoint
+        problem = None
+        if latest:
+            self.ckpt.restore(latest)
+            problem = self._restore_own(latest, int(self.epoch.numpy()))
+        epochs_and_problems = _everyone((int(self.epoch.numpy()), problem), "restore")
+        problems = [p for _, p in epochs_and_problems if p]
+        if problems:
+            raise ValueError(problems[0])
+        epochs = sorted({e for e, _ in epochs_and_problems})
+        if len(epochs) > 1:
+            raise ValueError(f"ranks found different checkpoints (epochs {epochs}) in "
+                             f"{self.manager.directory}: --checkpoint-dir must be a folder every rank sees")
+        return epochs[0]
 
-    def callback(self, tf, rank: int):
+    def _restore_own(self, latest: str, epoch: int) -> Optional[str]:
+        """Restore this rank's CompressionState of `epoch`; a message when it cannot be."""
+        if self.own is None:
+            return None
+        own = self.state_dir / f"ckpt-{epoch}"
+        if Path(f"{own}.index").exists():
+            # After the model checkpoint, which holds rank 0's state: the later restore wins.
+            self.own.restore(str(own))
+            return None
+        others = sorted(self.state_dir.parent.glob(f"rank*-of-*/ckpt-{epoch}.index"))
+        holding = [str(p)[:-len(".index")] for p in others] + [latest]
+        if not any(_holds_residuals(self.tf, path) for path in holding):
+            return None  # only step counters, which are the same on every rank
+        written = sorted(p.parent.name for p in others)
+        return (f"{latest} holds error-feedback residuals, which are per rank, but {own} is "
+                f"missing (found {written or 'none'}): resume with the ranks that wrote it, or "
+                f"start a new --checkpoint-dir")
+
+    def callback(self, tf):
         outer = self
 
         class Save(tf.keras.callbacks.Callback):
             def on_epoch_end(self, epoch, logs=None):
-                outer.epoch.assign(epoch + 1)
-                if rank == 0:
-                    outer.manager.save(checkpoint_number=epoch + 1)
+                outer.save(epoch + 1)
         return Save()
+
+    def save(self, epoch: int) -> None:
+        """Every rank's state first, then rank 0's model checkpoint: a model checkpoint of
+        epoch e means every rank's state of epoch e is on disk."""
+        self.epoch.assign(epoch)
+        if self.own_manager is not None:
+            self.own_manager.save(checkpoint_number=epoch)
+        _everyone(epoch, "saved")
+        if self.rank == 0:
+            self.manager.save(checkpoint_number=epoch)
+
+
+def _holds_residuals(tf, path: str) -> bool:
+    return any("/residuals/" in name for name, _ in tf.train.list_variables(path))
+
+
+def _everyone(value, name: str) -> list:
+    """Every rank's `value`, in rank order (also a barrier)."""
+    import horovod.tensorflow as hvd_tf
+
+    return hvd_tf.allgather_object(value, name=f"horovod_q8.train.{name}")
+
+
+def _random_generators(tf, model) -> list:
+    """The tf.random.Generator of every random layer (Dropout, ...) of `model`."""
+    found = []
+    for layer in model.submodules:
+        rng = getattr(layer, "_random_generator", None)  # Keras 2's BaseRandomLayer
+        if rng is None or getattr(rng, "_rng_type", None) == "stateless":
+            continue
+        gen = getattr(rng, "_generator", None)
+        if not isinstance(gen, tf.random.Generator):
+            raise RuntimeError(f"layer {layer.name} draws from TensorFlow's legacy stateful RNG, "
+                               "whose sequence restarts in a resumed process")
+        found.append(gen)
+    return found
+
+
+def _reseed_each_epoch(tf, model, seed: int):
+    """A callback that reseeds every random layer from (seed, epoch) when an epoch begins, so
+    the dropout masks of epoch e are the same whether or not the run was resumed."""
+    generators = _random_generators(tf, model)
+
+    class Reseed(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            for k, gen in enumerate(generators):
+                gen.reset_from_seed(epoch_seed(seed, epoch) * 256 + k)
+    return Reseed()
+
+
+def weights_sha1(weights) -> str:
+    """sha1 of the dtype, shape and bytes of every array, in order."""
+    h = hashlib.sha1()
+    for w in weights:
+        a = w.numpy() if hasattr(w, "numpy") else w
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def state_summary(state) -> Optional[dict]:
+    """This rank's CompressionState: residual count, norm and digest, and the step counters."""
+    if state is None:
+        return None
+    import numpy as np
+
+    residuals = [state.residuals[k] for k in sorted(state.residuals)]
+    norm = math.sqrt(sum(float(np.sum(np.square(v.numpy(), dtype=np.float64))) for v in residuals))
+    return {"residuals": len(residuals), "residual_norm": norm,
+            "residual_sha1": weights_sha1(residuals),
+            "steps": {k: int(state.steps[k].numpy()) for k in sorted(state.steps)}}
 
 
 def _step_timer(tf):
@@ -222,15 +416,15 @@ def run(args: argparse.Namespace) -> dict:
     check_world_size(hvd.size())
     _threads(tf, hvd)
     tf.keras.utils.set_random_seed(args.seed)
-    train, test, classes, steps = _load(args, hvd, tf)
+    # Random layers draw from tf.random.Generator, which _reseed_each_epoch can reseed.
+    tf.keras.backend.experimental.enable_tf_random_generator()
+    loaded = _load_arrays(args, hvd)
+    classes, steps = loaded[2], loaded[3]
 
     model = (MODELS[args.dataset](classes) if args.dataset != "imagenet"
              else MODELS["imagenet"](classes, (args.image_size, args.image_size, 3)))
-    options = {"block_size": args.block_size} if args.block_size is not None else {}
-    if args.threshold is not None:
-        options["threshold"] = args.threshold
-    comp = compressor(args.compression, **options) if args.compression not in ("none", "fp16") \
-        else compressor(args.compression)
+    comp = compressor(args.compression, **compressor_options(args)) \
+        if args.compression not in HOROVOD_OWN else compressor(args.compression)
     scaled_lr = args.lr * hvd.size()
     opt = tf.keras.optimizers.SGD(scaled_lr, momentum=0.9)
     wrap = q8_keras.DistributedOptimizer if args.fused else hvd.DistributedOptimizer
@@ -242,14 +436,16 @@ def run(args: argparse.Namespace) -> dict:
                  hvd.callbacks.MetricAverageCallback(),
                  hvd.callbacks.LearningRateWarmupCallback(
                      initial_lr=scaled_lr, warmup_epochs=args.warmup_epochs,
-                     steps_per_epoch=steps, momentum_correction=False, verbose=0)]
+                     steps_per_epoch=steps, momentum_correction=False, verbose=0),
+                 _reseed_each_epoch(tf, model, args.seed)]
     initial_epoch = 0
     if args.checkpoint_dir:
-        ckpt = _EpochCheckpoint(tf, args.checkpoint_dir, model, opt)
+        ckpt = _EpochCheckpoint(tf, hvd, args.checkpoint_dir, model, opt, comp)
         initial_epoch = ckpt.restore()
         if initial_epoch and hvd.rank() == 0:
             print(f"resumed from {args.checkpoint_dir} at epoch {initial_epoch}", flush=True)
-        callbacks.append(ckpt.callback(tf, hvd.rank()))
+        callbacks.append(ckpt.callback(tf))
+    train, test, _, _ = _pipelines(args, hvd, tf, loaded, initial_epoch)
     if hvd.rank() == 0 and args.log_dir:
         callbacks.append(tf.keras.callbacks.TensorBoard(args.log_dir))
 
@@ -273,6 +469,11 @@ def run(args: argparse.Namespace) -> dict:
         "steady_images_per_s": steady_rate(timer.ends, args.batch_size * hvd.size()),
         "bytes_per_step": bytes_per_step(shapes, comp, hvd.size(), fused=args.fused),
         "parameters": int(sum(int(tf.size(v)) for v in model.trainable_variables)),
+        "initial_epoch": initial_epoch,
+        "error_feedback": getattr(comp, "feedback", None),
+        "weights_sha1": weights_sha1(model.weights),
+        # every rank's, in rank order (residuals differ per rank)
+        "compression_state": _everyone(state_summary(compression_state(opt, comp)), "state"),
     }
     if hvd.rank() == 0:
         acc = summary["test_accuracy"]
@@ -283,6 +484,17 @@ def run(args: argparse.Namespace) -> dict:
             f"steady_images_per_s={summary['steady_images_per_s']:.1f} "
             f"bytes_per_step={summary['bytes_per_step']:.0f}", args.results_json)
     return summary
+
+
+def compressor_options(args: argparse.Namespace) -> dict:
+    """compressor(...)'s keyword arguments from --block-size, --threshold, --error-feedback."""
+    options = {"block_size": args.block_size} if args.block_size is not None else {}
+    if args.threshold is not None:
+        options["threshold"] = args.threshold
+    feedback = FEEDBACK[getattr(args, "error_feedback", "auto")]
+    if feedback is not None:
+        options["error_feedback"] = feedback
+    return options
 
 
 def publish_summary(summary: dict, line: str, results_json: Optional[str]) -> None:
