@@ -1,0 +1,45 @@
+"""What the DDP hook and the Horovod frontend share: settings by name, seeds, the config check."""
+from __future__ import annotations
+
+from typing import Sequence, Union
+
+import torch
+
+from horovod_q8 import formats
+from horovod_q8.collective.setting import Setting, difference
+from horovod_q8.formats import layer_group
+
+
+class ConfigMismatchError(ValueError):
+    """Ranks were started with different compression settings."""
+
+
+def make_setting(compression: Union[str, Setting], **options) -> Setting:
+    """A Setting from a format name (options as `compressor`'s) or a Setting itself."""
+    if isinstance(compression, Setting):
+        if options:
+            raise ValueError(f"options {sorted(options)} apply to a format name, not to a Setting; "
+                             "use dataclasses.replace on it instead")
+        return compression
+    fmt_options = {k: options.pop(k) for k in ("block_size", "rounding", "seed", "threshold", "levels")
+                   if k in options}
+    return Setting(formats.get(compression, **fmt_options), **options)
+
+
+def seed_for(base_seed: int, piece: int, step: int, rank: int) -> int:
+    """Stochastic-rounding seed of one piece: differs per step, piece and rank (as TensorFlow's)."""
+    return (base_seed + piece + step * 1000003 + rank * 7919) % (2 ** 32)
+
+
+def group_of(t: torch.Tensor) -> str:
+    return layer_group(max(t.dim(), 1))
+
+
+def check_same(mine: dict, everyone: Sequence[dict], rank: int) -> None:
+    """Raise ConfigMismatchError naming the first rank whose fingerprint differs from mine."""
+    for other, theirs in enumerate(everyone):
+        if theirs != mine:
+            raise ConfigMismatchError(
+                f"horovod_q8: rank {rank} and rank {other} use different compression settings: "
+                f"{difference(mine, theirs)}. Start every rank with the same compression options.")
+

@@ -1,0 +1,173 @@
+"""A DDP communication hook without Horovod: `model.register_comm_hook(state, ddp_hook)`.
+
+    state = Q8HookState("q8", warmup_steps=100)
+    model.register_comm_hook(state, ddp_hook)
+
+DDP calls the hook once per gradient bucket, in bucket order on every rank, so the engine's
+collectives (matched by call order) line up. Each bucket is reduced by the engine's schedule
+over `DistTransport` and divided by N (DDP wants the average); every rank ends with the same
+bits. The state keeps the residuals by bucket, the step and warm-up, like PowerSGD's state.
+"""
+from collections import OrderedDict
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.distributed as dist
+
+from horovod_q8.collective import engine, policy
+from horovod_q8.collective.setting import Setting
+from horovod_q8.torch.common import check_same, group_of, make_setting, seed_for
+from horovod_q8.torch.dist import DistTransport
+from horovod_q8.torch.state import TorchResiduals
+from horovod_q8.torch.tensors import as_array, as_tensor, kernel_stream
+
+# (start, end) element ranges of one bucket that share a layer group
+Ranges = List[Tuple[int, int]]
+
+
+class Q8HookState:
+    """The state of `ddp_hook` for one DDP model.
+
+    compression: a format name ("q8", "q4", "q4_threshold", ...) or a Setting, such as
+    `horovod_q8.torch.compressor("q8", block_size=256)`. process_group: None for the default.
+    warmup_steps: the first steps go as DDP's plain allreduce (PowerSGD's start_powerSGD_iter).
+    min_size: buckets (or layer groups of one) with fewer elements go uncompressed.
+    error_feedback: keep what quantization dropped and add it next step (None: threshold formats).
+    Other options (block_size, rounding, seed, threshold, levels, schedule, pipeline_elements)
+    are those of the format or Setting. Residuals are keyed by bucket index and layer group:
+    `state_dict()` saves them with the step, per rank.
+    """
+
+    def __init__(self, compression: Union[str, Setting] = "q8", process_group=None, **options) -> None:
+        self.setting = make_setting(compression, **options)
+        self.process_group = process_group
+        self.iter = 0
+        self.residuals: Optional[TorchResiduals] = None
+        self._transports: Dict[torch.device, DistTransport] = {}
+        self._checked = False
+
+    def transport(self, device: torch.device) -> DistTransport:
+        if device not in self._transports:
+            self._transports[device] = DistTransport(self.process_group, device)
+        return self._transports[device]
+
+    def residual_store(self, device: torch.device) -> TorchResiduals:
+        if self.residuals is None:
+            self.residuals = TorchResiduals(device)
+        elif self.residuals.device != device:  # loaded from a checkpoint before the first step
+            self.residuals.to(device)
+        return self.residuals
+
+    def check_config(self) -> None:
+        """Once: every rank must use the same setting (one all_gather_object, in bucket 0's hook)."""
+        if self._checked:
+            return
+        mine = self.setting.fingerprint()
+        everyone: list = [None] * dist.get_world_size(self.process_group)
+        dist.all_gather_object(everyone, mine, group=self.process_group)
+        check_same(mine, everyone, dist.get_rank(self.process_group))
+        self._checked = True
+
+    def maybe_increase_iter(self, bucket) -> None:
+        if bucket.is_last():
+            self.iter += 1
+
+    def state_dict(self) -> dict:
+        return {"iter": self.iter, "setting": self.setting.fingerprint(),
+                "residuals": None if self.residuals is None else self.residuals.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("setting") not in (None, self.setting.fingerprint()):
+            raise ValueError("horovod_q8: this checkpoint's hook state was saved with another "
+                             "compression setting")
+        self.iter = int(state["iter"])
+        if state.get("residuals") is not None:
+            self.residuals = TorchResiduals(self.residuals.device if self.residuals is not None else "cpu")
+            self.residuals.load_state_dict(state["residuals"])
+
+
+# Annotations evaluated (no `from __future__ import annotations`): DDP compares them as objects.
+def ddp_hook(state: Q8HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook: the bucket's average over every rank, compressed."""
+    fut: torch.futures.Future = torch.futures.Future()
+    try:
+        sizes = [g.numel() for g in bucket.gradients()]
+        groups = [group_of(p) for p in bucket.parameters()]
+        fut.set_result(average(state, bucket.buffer(), f"b{bucket.index()}", layout(sizes, groups)))
+    except Exception as e:  # the error surfaces where DDP waits for the bucket
+        fut.set_exception(e)
+    state.maybe_increase_iter(bucket)
+    return fut
+
+
+def layout(sizes: Sequence[int], groups: Sequence[str]) -> "OrderedDict[str, Ranges]":
+    """The element ranges of each layer group, in the order groups first appear."""
+    out: "OrderedDict[str, Ranges]" = OrderedDict()
+    start = 0
+    for n, g in zip(sizes, groups):
+        ranges = out.setdefault(g, [])
+        if ranges and ranges[-1][1] == start:
+            ranges[-1] = (ranges[-1][0], start + n)
+        else:
+            ranges.append((start, start + n))
+        start += n
+    return out
+
+
+def average(state: Q8HookState, flat: torch.Tensor, key: str,
+            groups: Optional["OrderedDict[str, Ranges]"] = None) -> torch.Tensor:
+    """`flat` (1-D, contiguous) replaced by its average over every rank of the state's group.
+
+    groups: the element ranges of each layer group (one q4_threshold level set each); without
+    it, the whole tensor is one group of its own rank. Formats without groups take it whole.
+    """
+    n_ranks = dist.get_world_size(state.process_group)
+    if n_ranks > 1:
+        state.check_config()
+    if n_ranks == 1 or state.iter < state.setting.warmup_steps:
+        dist.all_reduce(flat, group=state.process_group)
+        return flat.div_(n_ranks)
+    if not state.setting.format.level_groups or not groups:
+        whole = next(iter(groups)) if groups else group_of(flat)
+        groups = OrderedDict([(whole, [(0, flat.numel())])])
+    plain: List[Tuple[Ranges, torch.Tensor]] = []
+    for g, ranges in groups.items():
+        part = flat[ranges[0][0]:ranges[0][1]] if len(ranges) == 1 else torch.cat([flat[s:e] for s, e in ranges])
+        if not policy.decide(state.setting, True, part.numel(), n_ranks, g).compress:
+            plain.append((ranges, part))
+            continue
+        total = compressed_sum(state, part, f"ddp.{key}.{g}", g)
+        if len(ranges) == 1 and flat.dtype == torch.float32:
+            torch.div(total, n_ranks, out=part)  # one pass: the average lands in the bucket
+        else:
+            _write_back(flat, ranges, total.div_(n_ranks))
+    if plain:  # every uncompressed group in one plain allreduce
+        joined = plain[0][1] if len(plain) == 1 else torch.cat([p for _, p in plain])
+        dist.all_reduce(joined, group=state.process_group)
+        joined.div_(n_ranks)
+        offset = 0
+        for ranges, p in plain:
+            if joined is not p or len(ranges) > 1:  # else the allreduce ran in the bucket itself
+                _write_back(flat, ranges, joined[offset: offset + p.numel()])
+            offset += p.numel()
+    return flat
+
+
+def compressed_sum(state: Q8HookState, part: torch.Tensor, key: str, group: str) -> torch.Tensor:
+    """The engine's float32 sum of `part` over every rank, in a buffer reused across steps."""
+    device = part.device
+    x = part if part.dtype == torch.float32 and part.is_contiguous() else part.float().contiguous()
+    t = state.transport(device)
+    req = policy.request(state.setting, x.numel(), group, key)
+    step, rank, base = state.iter, t.rank, state.setting.format.seed
+    with kernel_stream(device):
+        out = engine.compressed_sum(t, req, as_array(x), state.residual_store(device),
+                                    lambda k: seed_for(base, k, step, rank))
+    return as_tensor(out)
+
+
+def _write_back(flat: torch.Tensor, ranges: Ranges, values: torch.Tensor) -> None:
+    offset = 0
+    for s, e in ranges:
+        flat[s:e].copy_(values[offset: offset + e - s])
+        offset += e - s

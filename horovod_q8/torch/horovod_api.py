@@ -1,0 +1,143 @@
+"""horovod.torch's private surface, fenced: the one place horovod_q8 reaches into it.
+
+A compressor's compress(t) is not told t's name, and horovod_q8's collectives need a name
+identical on every rank (ranks reach backward hooks in different orders). When Horovod is the
+version we know (0.28, same signatures), `install()`:
+- makes `hvd.DistributedOptimizer(opt, compression=<horovod_q8>)` horovod_q8's fused optimizer
+  (`optimizer.DistributedOptimizer`: buckets, owned state); HOROVOD_Q8_FUSED=0 keeps Horovod's;
+- names each tensor for compress() in Horovod's optimizer (its parameter name) and in
+  `hvd.allreduce(t, name=...)` / `hvd.grouped_allreduce(ts, name=...)`.
+Where Horovod differs nothing is patched and a warning says so: unnamed compress() calls are
+then numbered in call order, which is right for `hvd.allreduce` called in the same order on
+every rank, not for Horovod's optimizer; use horovod_q8.torch.DistributedOptimizer there.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import os
+import threading
+from typing import Callable, Dict, List, Optional
+
+_LOG = logging.getLogger("horovod_q8")
+_local = threading.local()  # the names the next compress() calls in this thread get, in order
+_originals: Dict[str, Callable] = {}
+
+KNOWN_VERSIONS = ("0.28.",)
+KNOWN = {
+    "DistributedOptimizer": ("optimizer", "named_parameters", "compression", "backward_passes_per_step",
+                             "op", "gradient_predivide_factor", "num_groups", "groups", "sparse_as_dense",
+                             "process_set"),
+    "_DistributedOptimizer._allreduce_grad_async": ("self", "p"),
+    "_DistributedOptimizer._grouped_allreduce_grad_async": ("self", "ps"),
+    "allreduce": ("tensor", "average", "name", "compression", "op", "prescale_factor", "postscale_factor",
+                  "process_set"),
+    "grouped_allreduce": ("tensors", "average", "name", "compression", "op", "prescale_factor",
+                          "postscale_factor", "process_set"),
+}
+
+
+def next_name() -> Optional[str]:
+    """The name of the tensor compress() is called for, or None when nobody said."""
+    names: List[str] = getattr(_local, "names", [])
+    return names.pop(0) if names else None
+
+
+def _with_names(names: List[Optional[str]], fn: Callable, *args, **kwargs):
+    old = getattr(_local, "names", [])
+    _local.names = [n for n in names if n is not None] if all(n is not None for n in names) else []
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _local.names = old
+
+
+def _targets() -> Dict[str, Callable]:
+    import horovod.torch as hvd
+    from horovod.torch import optimizer as hopt
+
+    return {"DistributedOptimizer": hvd.DistributedOptimizer,
+            "_DistributedOptimizer._allreduce_grad_async": hopt._DistributedOptimizer._allreduce_grad_async,
+            "_DistributedOptimizer._grouped_allreduce_grad_async":
+                hopt._DistributedOptimizer._grouped_allreduce_grad_async,
+            "allreduce": hvd.allreduce, "grouped_allreduce": hvd.grouped_allreduce}
+
+
+def fence_problem() -> Optional[str]:
+    """Why the private surface cannot be used here, or None when it is the one we know."""
+    import horovod
+
+    version = getattr(horovod, "__version__", "?")
+    if not version.startswith(KNOWN_VERSIONS):
+        return f"Horovod {version} is not a version horovod_q8 knows ({', '.join(KNOWN_VERSIONS)}x)"
+    try:
+        targets = _originals or _targets()
+    except (ImportError, AttributeError) as e:
+        return f"horovod.torch lacks what horovod_q8 wraps ({e})"
+    for key, params in KNOWN.items():
+        got = tuple(inspect.signature(targets[key]).parameters)
+        if got != params:
+            return f"horovod.torch {key}{got} is not the signature we know"
+    return None
+
+
+def _is_ours(compression) -> bool:
+    from horovod_q8.torch.compressor import Q8Compressor
+    return isinstance(compression, Q8Compressor)
+
+
+def install() -> bool:
+    """Wrap Horovod's functions once; False (with a warning) where Horovod differs."""
+    if _originals:
+        return True
+    problem = fence_problem()
+    if problem:
+        _LOG.warning("horovod_q8: %s; hvd.DistributedOptimizer cannot name tensors for horovod_q8: "
+                     "use horovod_q8.torch.DistributedOptimizer", problem)
+        return False
+    import horovod.torch as hvd
+    from horovod.torch import mpi_ops
+    from horovod.torch import optimizer as hopt
+
+    _originals.update(_targets())
+    o = _originals
+
+    @functools.wraps(o["DistributedOptimizer"])
+    def distributed_optimizer(optimizer, named_parameters=None, compression=hvd.Compression.none, *args, **kwargs):
+        op = kwargs.get("op", args[1] if len(args) > 1 else None)
+        if _is_ours(compression) and op is hvd.Adasum:
+            raise ValueError("horovod_q8 compression supports op=hvd.Average and op=hvd.Sum; Adasum "
+                             "cannot be computed from quantized codes")
+        if _is_ours(compression) and os.environ.get("HOROVOD_Q8_FUSED", "1") != "0":
+            from horovod_q8.torch.optimizer import from_horovod_arguments
+            return from_horovod_arguments(optimizer, named_parameters, compression, *args, **kwargs)
+        return o["DistributedOptimizer"](optimizer, named_parameters, compression, *args, **kwargs)
+
+    def allreduce_grad_async(self, p):
+        return _with_names([self._parameter_names.get(p)], o["_DistributedOptimizer._allreduce_grad_async"],
+                           self, p)
+
+    def grouped_allreduce_grad_async(self, ps):
+        return _with_names([self._parameter_names.get(p) for p in ps],
+                           o["_DistributedOptimizer._grouped_allreduce_grad_async"], self, ps)
+
+    @functools.wraps(o["allreduce"])
+    def allreduce(tensor, average=None, name=None, compression=hvd.Compression.none, *args, **kwargs):
+        return _with_names([name], o["allreduce"], tensor, average, name, compression, *args, **kwargs)
+
+    @functools.wraps(o["grouped_allreduce"])
+    def grouped_allreduce(tensors, average=None, name=None, compression=hvd.Compression.none, *args, **kwargs):
+        names = [None if name is None else f"{name}.{i}" for i in range(len(tensors))]
+        return _with_names(names, o["grouped_allreduce"], tensors, average, name, compression, *args, **kwargs)
+
+    hvd.DistributedOptimizer = hopt.DistributedOptimizer = distributed_optimizer
+    hopt._DistributedOptimizer._allreduce_grad_async = allreduce_grad_async
+    hopt._DistributedOptimizer._grouped_allreduce_grad_async = grouped_allreduce_grad_async
+    hvd.allreduce = mpi_ops.allreduce = allreduce
+    hvd.grouped_allreduce = mpi_ops.grouped_allreduce = grouped_allreduce
+    return True
+
+
+def installed() -> bool:
+    return bool(_originals)

@@ -1,0 +1,306 @@
+"""The fast path for horovod.torch: gradients fused into buckets, one compressed sum per bucket.
+
+    opt = horovod_q8.torch.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                                compression=Q8)
+
+(`hvd.DistributedOptimizer(..., compression=Q8)` builds the same once horovod_q8.torch is
+imported.) Backward hooks start a bucket's first round as soon as all its gradients are
+there, in whatever order this rank gets there (`hvd_transport`: nothing waits); `synchronize()`
+starts the buckets no hook started, in bucket order, then the second round, and writes the
+averages back. The residuals and steps live in this optimizer and in its `state_dict()`.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import warnings
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from horovod_q8.collective import engine, policy
+from horovod_q8.torch.common import check_same, seed_for
+from horovod_q8.torch.compressor import Q8Compressor
+from horovod_q8.torch.state import TorchResiduals
+from horovod_q8.torch.tensors import as_array, as_tensor, kernel_stream
+
+DEFAULT_FUSION_BYTES = 64 * 1024 * 1024
+STATE_KEY = "horovod_q8"
+_OPTIMIZERS = itertools.count()  # built in the same order on every rank: names their collectives
+
+
+class Bucket:
+    """Gradients reduced together: parameters (one device), their layer group, the name of its
+    collectives (`key`, unique in the process) and of its state (`slot`, stable across runs)."""
+
+    def __init__(self, params: List[torch.nn.Parameter], group: str, key: str, slot: str) -> None:
+        self.params, self.group, self.key, self.slot = params, group, key, slot
+        self.n = sum(p.numel() for p in params)
+        self.ready = 0
+        self.launched: Optional[Tuple[str, object]] = None  # ("q8" | "plain", deferred sum or handle)
+
+
+class Reducer:
+    """The buckets of one optimizer and the round-based schedule over them."""
+
+    def __init__(self, named: Sequence[Tuple[str, torch.nn.Parameter]], compression: Q8Compressor,
+                 op, gradient_predivide_factor: float, fusion_bytes: int, sparse_as_dense: bool) -> None:
+        import horovod.torch as hvd
+
+        if op not in (hvd.Average, hvd.Sum):
+            raise ValueError("horovod_q8 supports op=hvd.Average and op=hvd.Sum; Adasum, Min, Max and "
+                             "Product cannot be computed from quantized codes")
+        if gradient_predivide_factor != 1.0 and op != hvd.Average:
+            raise ValueError("gradient_predivide_factor is supported with op=Average only")
+        if not gradient_predivide_factor > 0:
+            raise ValueError(f"gradient_predivide_factor must be > 0, got {gradient_predivide_factor}")
+        self.hvd, self.setting, self.sparse_as_dense = hvd, compression, sparse_as_dense
+        self.prefix = f"q8.opt{next(_OPTIMIZERS)}"
+        n = hvd.size()
+        self.scale = 1.0 / n if op == hvd.Average else 1.0  # predivide's pre * post is 1
+        self.stores: Dict[str, TorchResiduals] = {}
+        self.buckets: List[Bucket] = []
+        self.bucket_of: Dict[torch.nn.Parameter, Bucket] = {}
+        for device, members in _by_device(named):
+            shapes = [tuple(p.shape) for _, p in members]
+            plan = policy.plan_buckets(shapes, fusion_bytes, 4, bool(compression.format.level_groups))
+            for idx in plan:
+                k = len(self.buckets)
+                b = Bucket([members[i][1] for i in idx], policy.bucket_group(compression, shapes, idx),
+                           f"{self.prefix}.b{k}", f"b{k}")
+                self.buckets.append(b)
+                for p in b.params:
+                    self.bucket_of[p] = b
+        if n > 1:
+            self._check_config(named)
+
+    def _check_config(self, named) -> None:
+        mine = {"setting": self.setting.fingerprint(),
+                "parameters": [[name, list(p.shape)] for name, p in named]}
+        check_same(mine, self.hvd.allgather_object(mine, name=f"horovod_q8.config_check.{self.prefix}"),
+                   self.hvd.rank())
+
+    def store(self, device: torch.device) -> TorchResiduals:
+        if str(device) not in self.stores:
+            self.stores[str(device)] = TorchResiduals(device)
+        return self.stores[str(device)]
+
+    def grad_ready(self, p: torch.nn.Parameter) -> None:
+        """A hook's call: launch p's bucket once every gradient in it is final."""
+        b = self.bucket_of[p]
+        b.ready += 1
+        if b.ready == len(b.params) and b.launched is None:
+            self.launch(b)
+
+    def launch(self, b: Bucket) -> None:
+        """Round 1 for one bucket: encode and submit, or a plain (named) allreduce."""
+        from horovod_q8.torch.compressor import transport
+
+        flat = self._flat(b)
+        device = flat.device
+        store = self.store(device)
+        step = store.step(b.slot)
+        decision = policy.decide(self.setting, True, b.n, self.hvd.size(), b.group)
+        if not decision.compress or step <= self.setting.warmup_steps:
+            b.launched = ("plain", self.hvd.allreduce_async(flat, op=self.hvd.Sum, name=f"{b.key}.plain"))
+            return
+        t, base = transport(), self.setting.format.seed
+        req = policy.request(self.setting, b.n, b.group, b.key)
+        with kernel_stream(device):
+            b.launched = ("q8", engine.compressed_sum(t, req, as_array(flat), _Slots(store, b.key, b.slot),
+                                                      lambda k: seed_for(base, k, step, t.rank)))
+
+    def _flat(self, b: Bucket) -> torch.Tensor:
+        grads = []
+        for p in b.params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)  # every rank sends every bucket
+            g = p.grad
+            if g.is_sparse:
+                if not self.sparse_as_dense:
+                    raise TypeError("horovod_q8 compresses dense gradients; pass sparse_as_dense=True")
+                g = g.to_dense()
+            grads.append(g.detach().reshape(-1))
+        if len(grads) == 1 and grads[0].dtype == torch.float32 and grads[0].is_contiguous():
+            return grads[0]
+        return torch.cat([g.float() for g in grads])
+
+    def finish(self) -> None:
+        """Launch what no hook launched (bucket order), round 2, and write the averages back."""
+        from horovod_q8.torch.compressor import transport
+        from horovod_q8.torch.hvd_transport import value
+
+        for b in self.buckets:
+            if b.launched is None:
+                self.launch(b)
+        transport().flush()
+        for b in self.buckets:
+            kind, pending = b.launched
+            if kind == "plain":
+                total = self.hvd.synchronize(pending)
+            else:
+                with kernel_stream(b.params[0].device):
+                    total = as_tensor(value(pending))
+            total = total.mul_(self.scale) if self.scale != 1.0 else total
+            offset = 0
+            for p in b.params:
+                g = p.grad if not p.grad.is_sparse else None
+                part = total[offset: offset + p.numel()].view(p.shape)
+                if g is None:
+                    p.grad = part.to(p.dtype).to_sparse()
+                else:
+                    g.copy_(part)
+                offset += p.numel()
+            b.launched, b.ready = None, 0
+
+    def state_dict(self) -> dict:
+        return {"residuals": {k: s.state_dict() for k, s in self.stores.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        for k, s in state.get("residuals", {}).items():
+            self.store(torch.device(k)).load_state_dict(s)
+
+
+class _Slots:
+    """The engine names residuals after the bucket's collectives; the store keeps them under
+    the bucket's slot, so that a checkpoint loads into another optimizer instance."""
+
+    def __init__(self, store: TorchResiduals, key: str, slot: str) -> None:
+        self.store, self.key, self.slot = store, key, slot
+
+    def residual(self, key: str, n: int):
+        return self.store.residual(self.slot + key[len(self.key):], n)
+
+
+def _by_device(named) -> List[Tuple[torch.device, list]]:
+    out: Dict[torch.device, list] = {}
+    for name, p in named:
+        out.setdefault(p.device, []).append((name, p))
+    return list(out.items())
+
+
+class _Q8DistributedOptimizer(torch.optim.Optimizer):
+    """Methods mixed into the wrapped optimizer's own class (as Horovod's wrapper does)."""
+
+    def __init__(self, params, named_parameters, compression: Q8Compressor, backward_passes_per_step: int,
+                 op, gradient_predivide_factor: float, fusion_bytes: int, sparse_as_dense: bool) -> None:
+        super(self.__class__, self).__init__(params)
+        import horovod.torch as hvd
+
+        all_params = [p for g in self.param_groups for p in g["params"]]
+        if named_parameters is None:
+            named = [(f"param.{i}", p) for i, p in enumerate(all_params)]
+        else:
+            named = [(n, p) for n, p in named_parameters]
+            missing = {id(p) for p in all_params} - {id(p) for _, p in named}
+            if missing:
+                raise ValueError("named_parameters was given, but one or more of the optimizer's "
+                                 "parameters is not named in it")
+            in_opt = {id(p) for p in all_params}
+            named = [(n, p) for n, p in named if id(p) in in_opt]
+        if len({n for n, _ in named}) != len(named):
+            raise ValueError("parameter names in named_parameters must be unique")
+        if backward_passes_per_step < 1:
+            raise ValueError("backward_passes_per_step must be >= 1")
+        named = [(n, p) for n, p in named if p.requires_grad]
+        self.backward_passes_per_step = backward_passes_per_step
+        self._q8 = Reducer(named, compression, op, gradient_predivide_factor, fusion_bytes, sparse_as_dense)
+        self._passes = {p: 0 for _, p in named}
+        self._synchronized = False
+        self._should_synchronize = True
+        self._grad_accs = []
+        if hvd.size() > 1:
+            for _, p in named:
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                acc.register_hook(self._make_hook(p))
+                self._grad_accs.append(acc)
+
+    def _make_hook(self, p):
+        def hook(*_):
+            self._passes[p] += 1
+            if self._passes[p] > self.backward_passes_per_step:
+                raise AssertionError("gradients were computed more than backward_passes_per_step times "
+                                     "before step(); increase backward_passes_per_step")
+            if self._passes[p] == self.backward_passes_per_step:
+                self._q8.grad_ready(p)
+        return hook
+
+    def set_backward_passes_per_step(self, passes: int) -> None:
+        if passes < 1:
+            raise ValueError("backward_passes_per_step must be >= 1")
+        self.backward_passes_per_step = passes
+
+    def synchronize(self) -> None:
+        import horovod.torch as hvd
+
+        if hvd.size() > 1:
+            self._q8.finish()
+        for p in self._passes:
+            self._passes[p] = 0
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() after "
+                              "optimizer.synchronize(): the gradients are reduced twice")
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def state_dict(self) -> dict:
+        state = super(self.__class__, self).state_dict()
+        state[STATE_KEY] = self._q8.state_dict()
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state_dict = dict(state_dict)
+        mine = state_dict.pop(STATE_KEY, None)
+        super(self.__class__, self).load_state_dict(state_dict)
+        if mine is not None:
+            self._q8.load_state_dict(mine)
+
+
+def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None,
+                         compression: Optional[Q8Compressor] = None, backward_passes_per_step: int = 1,
+                         op=None, gradient_predivide_factor: float = 1.0,
+                         fusion_bytes: int = DEFAULT_FUSION_BYTES, sparse_as_dense: bool = False):
+    """horovod.torch's DistributedOptimizer arguments (no groups, global process set), gradients in
+    buckets of up to fusion_bytes through horovod_q8's compressed sum. A fresh state each."""
+    import horovod.torch as hvd
+
+    if compression is None:
+        from horovod_q8.torch.compressor import compressor
+        compression = compressor("q8")
+    if not isinstance(compression, Q8Compressor):
+        raise TypeError(f"compression must be a horovod_q8 compressor, got {compression!r}; "
+                        "use hvd.DistributedOptimizer for Horovod's own")
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_Q8DistributedOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
+               hvd.Average if op is None else op, gradient_predivide_factor, fusion_bytes, sparse_as_dense)
+
+
+def from_horovod_arguments(optimizer, named_parameters, compression, backward_passes_per_step=1, op=None,
+                           gradient_predivide_factor=1.0, num_groups=0, groups=None, sparse_as_dense=False,
+                           process_set=None):
+    """`hvd.DistributedOptimizer`'s signature, for a horovod_q8 compressor (horovod_api)."""
+    import horovod.torch as hvd
+
+    refused = []
+    if num_groups or groups is not None:
+        refused.append("groups/num_groups (horovod_q8 fuses gradients into its own buckets; drop them "
+                       "or use horovod_q8.torch.DistributedOptimizer(fusion_bytes=...))")
+    if process_set is not None and process_set is not hvd.global_process_set:
+        refused.append("a non-global process_set (horovod_q8 reduces over every rank)")
+    if refused:
+        raise ValueError("horovod_q8 compression cannot honour " + "; ".join(refused))
+    return DistributedOptimizer(optimizer, named_parameters, compression, backward_passes_per_step,
+                                op, gradient_predivide_factor, sparse_as_dense=sparse_as_dense)

@@ -1,0 +1,208 @@
+"""The DDP hook on N Gloo ranks (torch.multiprocessing): `python torch_ddp_checks.py N CHECK...`.
+
+Checks: error budgets and bit-identical results of every format, NaN/Inf, warm-up, DDP
+training with the hook (ranks identical, close to plain DDP), the config check, state_dict.
+Any failed check raises in its rank, so the run exits non-zero; a rank that hangs is ended by
+the process group's timeout.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+import sys
+import tempfile
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from horovod_q8.torch.common import ConfigMismatchError
+from horovod_q8.torch.ddp import Q8HookState, average, ddp_hook
+
+BUDGET = {"q8": 0.03, "q8_linear": 0.03, "q8_mantissa": 0.05, "q8_static_tree": 0.1, "q4": 0.3}
+SIZES = (1, 1023, 4099, 70_001)
+
+
+def digest(t: torch.Tensor) -> str:
+    return hashlib.sha1(t.detach().contiguous().numpy().tobytes()).hexdigest()
+
+
+def same_on_all_ranks(t: torch.Tensor) -> bool:
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, digest(t))
+    return len(set(everyone)) == 1
+
+
+def exact_average(x: torch.Tensor) -> torch.Tensor:
+    y = x.double()
+    dist.all_reduce(y)
+    return y / dist.get_world_size()
+
+
+def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((y.double() - ref).abs().mean() / ref.abs().mean())
+
+
+def rank_data(n: int, seed: int, dtype=torch.float32) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1000 * seed + dist.get_rank())
+    return torch.randn(n, generator=g).to(dtype)
+
+
+def check_budgets() -> None:
+    for name, budget in BUDGET.items():
+        for schedule in ("auto", "two_phase", "allgather"):
+            state = Q8HookState(name, min_size=0, schedule=schedule)
+            for i, n in enumerate(SIZES):
+                x = rank_data(n, i)
+                ref = exact_average(x)
+                y = average(state, x.clone(), f"t{i}")
+                assert y.dtype == torch.float32 and y.shape == x.shape
+                assert same_on_all_ranks(y), (name, schedule, n)
+                assert rel_err(y, ref) < budget, (name, schedule, n, rel_err(y, ref))
+    # float16 and float64 buckets come back in their own dtype
+    for dtype in (torch.float16, torch.float64):
+        x = rank_data(5000, 7, dtype)
+        y = average(Q8HookState("q8"), x.clone(), "half")
+        assert y.dtype == dtype and same_on_all_ranks(y.float())
+        assert rel_err(y.float(), exact_average(x.float())) < 0.03
+
+
+def check_small_stays_exact() -> None:
+    """Below min_size a bucket goes as a plain allreduce: the float32 average up to rounding."""
+    x = rank_data(100, 3)
+    y = average(Q8HookState("q4", min_size=1024), x.clone(), "small")
+    assert torch.allclose(y.double(), exact_average(x), rtol=1e-6, atol=1e-7)
+
+
+def check_nan_inf() -> None:
+    for schedule in ("two_phase", "allgather"):
+        x = rank_data(6000, 11)
+        if dist.get_rank() == 1:
+            x[17] = float("nan")
+            x[5000] = float("inf")
+        y = average(Q8HookState("q8", schedule=schedule), x, "naninf")
+        assert same_on_all_ranks(y)
+        assert torch.isnan(y[17]) and not torch.isfinite(y[5000])
+        assert torch.isfinite(y[1024:4000]).all()
+
+
+def check_threshold_feedback() -> None:
+    """Error feedback through the state's residuals: the running sum tracks the exact one."""
+    for name, scale in (("twobit", 0.2), ("q4_threshold", 0.003)):
+        state = Q8HookState(name, min_size=0)
+        x = scale * rank_data(5000, 5)
+        ref = exact_average(x)
+        got = torch.zeros(5000, dtype=torch.float64)
+        for _ in range(40):
+            y = average(state, x.clone(), "fb")
+            assert same_on_all_ranks(y)
+            got += y.double()
+        assert rel_err(got / 40, ref) < 0.1, name
+        assert state.residuals is not None and state.residuals.tensors
+
+
+class Net(torch.nn.Module):
+    """Conv, dense and bias parameters: every q4_threshold layer group in the buckets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 8, 3)
+        self.fc1 = torch.nn.Linear(8 * 6 * 6, 64)
+        self.fc2 = torch.nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.conv(x)).flatten(1)
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def train(hook_state, steps: int = 6, seed: int = 0):
+    torch.manual_seed(seed)
+    model = torch.nn.parallel.DistributedDataParallel(Net(), bucket_cap_mb=0.05)
+    if hook_state is not None:
+        model.register_comm_hook(hook_state, ddp_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(100 + dist.get_rank())
+    grads = []
+    for _ in range(steps):
+        x, y = torch.randn(16, 1, 8, 8, generator=g), torch.randint(0, 10, (16,), generator=g)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]).clone())
+        opt.step()
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]), grads
+
+
+def check_ddp_training() -> None:
+    plain, plain_grads = train(None)
+    for name, budget in (("q8", 0.05), ("q4", 0.35), ("q4_threshold", 1.0)):
+        state = Q8HookState(name, min_size=64, warmup_steps=2)
+        weights, grads = train(state)
+        assert same_on_all_ranks(weights), name
+        assert state.iter == 6, state.iter
+        # warm-up steps: DDP's plain average (same data, same weights) up to float rounding
+        for k in range(2):
+            assert torch.allclose(grads[k], plain_grads[k], rtol=1e-5, atol=1e-6), (name, k)
+        after = rel_err(grads[2], plain_grads[2].double())
+        assert 0 < after < budget, (name, after)
+        assert rel_err(weights, plain.double()) < 0.05, name
+
+
+def check_config_mismatch() -> None:
+    block = 1024 if dist.get_rank() == 0 else 512
+    try:
+        average(Q8HookState("q8", block_size=block), rank_data(5000, 1), "mismatch")
+    except ConfigMismatchError as e:
+        assert "block_size=" in str(e), e
+        return
+    raise AssertionError("different block sizes were not detected")
+
+
+def check_state_dict() -> None:
+    """A restored state continues exactly as the uninterrupted one (residuals and step)."""
+    x = 0.003 * rank_data(5000, 9)
+    a = Q8HookState("q4_threshold", min_size=0)
+    for _ in range(3):
+        average(a, x.clone(), "sd")
+    saved = a.state_dict()
+    b = Q8HookState("q4_threshold", min_size=0)
+    b.load_state_dict(saved)
+    ya, yb = average(a, x.clone(), "sd"), average(b, x.clone(), "sd")
+    assert torch.equal(ya, yb) and a.iter == b.iter
+    try:
+        Q8HookState("q8").load_state_dict(saved)
+    except ValueError:
+        return
+    raise AssertionError("a state saved with another setting was loaded")
+
+
+CHECKS = {f.__name__[len("check_"):]: f for f in (
+    check_budgets, check_small_stays_exact, check_nan_inf, check_threshold_feedback,
+    check_ddp_training, check_config_mismatch, check_state_dict)}
+
+
+def worker(rank: int, size: int, init_file: str, checks: list) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=120))
+    torch.set_num_threads(1)
+    try:
+        for name in checks:
+            CHECKS[name]()
+            dist.barrier()
+        if rank == 0:
+            print(f"OK {size} ranks: {' '.join(checks)}", flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
+def main(argv: list) -> None:
+    size, checks = int(argv[0]), argv[1:] or list(CHECKS)
+    unknown = set(checks) - set(CHECKS)
+    if unknown:
+        raise SystemExit(f"unknown checks {sorted(unknown)}; known: {sorted(CHECKS)}")
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(worker, args=(size, os.path.join(tmp, "rendezvous"), checks), nprocs=size, join=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

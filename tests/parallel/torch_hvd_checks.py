@@ -1,0 +1,265 @@
+"""Under horovodrun: horovod.torch with horovod_q8 compressors, against Horovod's exact fp32 path.
+
+`python torch_hvd_checks.py FORMATS [CHECK...]`. Checks error budgets, bit-identical results on
+every rank, Sum/Average/prescale/postscale/predivide semantics, warm-up, NaN/Inf, empty/tiny/
+integer/float16/float64 tensors, refused ops, compress() reached in a different order on each
+rank (as backward hooks do), hvd.DistributedOptimizer fused and per tensor, the optimizer's
+state_dict, the config check. Any failure raises, so the exit code is the verdict.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+
+import horovod.torch as hvd
+import torch
+
+import horovod_q8.torch as q8t
+from horovod_q8.torch import ConfigMismatchError, compressor, horovod_api
+from horovod_q8.torch.optimizer import STATE_KEY
+
+hvd.init()
+torch.set_num_threads(1)
+N, RANK = hvd.size(), hvd.rank()
+BUDGET = {"q8": 0.03, "q8_dynamic_tree": 0.03, "q8_linear": 0.03, "q8_mantissa": 0.04,
+          "q8_static_tree": 0.1, "q4": 0.3}
+SHAPES = [(3, 3, 16, 33), (1025, 7), (4099,), (10001,)]
+_names = iter(range(10 ** 6))
+
+
+def name() -> str:
+    return f"t{next(_names)}"  # the same sequence on every rank
+
+
+def same_on_all_ranks(t: torch.Tensor) -> bool:
+    digest = hashlib.sha1(t.detach().contiguous().numpy().tobytes()).hexdigest()
+    return len(set(hvd.allgather_object(digest, name=name()))) == 1
+
+
+def rank_data(shape, seed=0, dtype=torch.float32) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1000 * seed + RANK)
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+def rel_err(y, ref) -> float:
+    y, ref = y.double(), ref.double()
+    return float((y - ref).abs().mean() / ref.abs().mean())
+
+
+def exact(x, **kw):
+    return hvd.allreduce(x, name=name(), **kw)
+
+
+def check_codebook(fmt: str) -> None:
+    comp = compressor(fmt)
+    for i, shape in enumerate(SHAPES):
+        x = rank_data(shape, i)
+        y = hvd.allreduce(x, compression=comp, op=hvd.Average, name=name())
+        assert y.shape == x.shape and y.dtype == x.dtype
+        assert rel_err(y, exact(x, op=hvd.Average)) < BUDGET[fmt], (fmt, shape)
+        assert same_on_all_ranks(y), (fmt, shape)
+        y_sum = hvd.allreduce(x, compression=comp, op=hvd.Sum, name=name())
+        torch.testing.assert_close(y_sum, N * y, rtol=1e-5, atol=1e-6)
+        y_scaled = hvd.allreduce(x, compression=comp, op=hvd.Average, prescale_factor=0.5,
+                                 postscale_factor=3.0, name=name())
+        torch.testing.assert_close(y_scaled, 1.5 * y, rtol=1e-5, atol=1e-6)
+        y_unnamed = hvd.allreduce(x, compression=comp, op=hvd.Average)  # numbered in call order
+        assert torch.equal(y_unnamed, y)
+    warm = compressor(fmt, warmup_steps=2)
+    x = rank_data((5000,), 9)
+    for step in range(3):
+        y = hvd.allreduce(x, compression=warm, op=hvd.Average, name="warm")
+        if step < 2:  # warm-up steps are Horovod's exact allreduce
+            torch.testing.assert_close(y, exact(x, op=hvd.Average), rtol=1e-6, atol=1e-7)
+        else:
+            assert 0 < rel_err(y, exact(x, op=hvd.Average)) < BUDGET[fmt]
+    print(f"{fmt}: budget, identical bits, Sum/Average/prescale/postscale, warm-up ok", flush=True)
+
+
+def check_threshold(fmt: str) -> None:
+    """Error feedback keyed by the tensor's name: the running mean converges to the exact one."""
+    comp = compressor(fmt, threshold=0.05)
+    x = rank_data((64, 65), 7) * 0.01
+    ref = exact(x, op=hvd.Average)
+    total = torch.zeros_like(ref, dtype=torch.float64)
+    for _ in range(150):
+        y = hvd.allreduce(x, compression=comp, op=hvd.Average, name="feedback")
+        assert same_on_all_ranks(y), fmt
+        total += y.double()
+    err = rel_err(total / 150, ref)
+    assert err < 0.1, (fmt, err)
+    print(f"{fmt}: error feedback converges (rel err of the mean {err:.3f}), identical bits", flush=True)
+
+
+def check_edges(fmt: str) -> None:
+    comp = compressor(fmt, min_size=0)
+    for shape in [(0,), (1,), (5,)]:
+        x = rank_data(shape)
+        y = hvd.allreduce(x, compression=comp, op=hvd.Average, name=name())
+        assert y.shape == x.shape
+        if shape[0]:
+            assert torch.isfinite(y).all() and same_on_all_ranks(y)
+    ints = torch.arange(10, dtype=torch.int32) + RANK
+    assert torch.equal(hvd.allreduce(ints, compression=compressor(fmt), op=hvd.Sum, name=name()),
+                       exact(ints, op=hvd.Sum))
+    small = rank_data((100,))  # below min_size: Horovod's own exact path
+    assert torch.equal(hvd.allreduce(small, compression=compressor(fmt), op=hvd.Average, name="small"),
+                       hvd.allreduce(small, op=hvd.Average, name="small.exact"))
+    for dtype in (torch.float16, torch.float64):
+        x = rank_data((2000,), 3, dtype)
+        y = hvd.allreduce(x, compression=compressor(fmt), op=hvd.Average, name=name())
+        assert y.dtype == dtype and same_on_all_ranks(y.float())
+    x = rank_data((5000,), 4)
+    if RANK == 0:
+        x[5] = float("nan")
+    if RANK == N - 1:
+        x[4000] = float("inf")
+    y = hvd.allreduce(x, compression=compressor(fmt), op=hvd.Average, name=name())
+    assert not torch.isfinite(y[5]) and not torch.isfinite(y[4000]), fmt
+    assert torch.isfinite(y[2048:3000]).all(), fmt
+    for op in (hvd.Max, hvd.Min, hvd.Product):
+        try:
+            hvd.allreduce(rank_data((5000,)), compression=compressor(fmt), op=op, name=name())
+        except ValueError as e:
+            assert "supports op=Sum and op=Average" in str(e), e
+        else:
+            raise AssertionError(f"{fmt}: op {op} was not refused")
+    print(f"{fmt}: empty/one/ints/small/fp16/fp64/NaN/Inf/refused ops ok", flush=True)
+
+
+def check_any_order(fmt: str) -> None:
+    """compress() and decompress() reached in a different order on every rank (as Horovod's
+    backward hooks and synchronize() reach them): no hang, the same bits as in call order."""
+    comp = compressor(fmt)
+    xs = [rank_data(s, 30 + i) for i, s in enumerate(SHAPES)]
+    names = [f"order.{i}" for i in range(len(xs))]
+    in_order = [hvd.allreduce(x, compression=comp, name=f"{n}.ref") for x, n in zip(xs, names)]
+    order = list(range(len(xs)))
+    order = order[RANK % len(order):] + order[:RANK % len(order)]
+    if RANK % 2:
+        order.reverse()
+    pending = {}
+    comp = comp.fresh()  # the same residuals (none yet) as the in-order round had
+    for i in order:
+        control, ctx = horovod_api._with_names([f"{names[i]}.ref"], comp.compress, xs[i])
+        pending[i] = (hvd.allreduce_async_(control, name=f"{names[i]}.control", op=hvd.Average), ctx)
+    for i in reversed(order):
+        handle, ctx = pending[i]
+        y = comp.decompress(hvd.synchronize(handle), ctx)
+        assert torch.equal(y, in_order[i]), (fmt, i)
+    print(f"{fmt}: compress/decompress in rank-dependent orders ok", flush=True)
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 8, 3)
+        self.fc1 = torch.nn.Linear(8 * 6 * 6, 64)
+        self.fc2 = torch.nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(torch.relu(self.conv(x)).flatten(1))))
+
+
+def train(comp, steps=6, fused=True, predivide=1.0, **kw):
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    os.environ["HOROVOD_Q8_FUSED"] = "1" if fused else "0"
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), compression=comp,
+                                   gradient_predivide_factor=predivide, **kw)
+    g = torch.Generator().manual_seed(100 + RANK)
+    for _ in range(steps):
+        x, y = torch.randn(16, 1, 8, 8, generator=g), torch.randint(0, 10, (16,), generator=g)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return weights(model), opt, model
+
+
+def weights(model) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def one_step(model, opt, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed + RANK)
+    x, y = torch.randn(16, 1, 8, 8, generator=g), torch.randint(0, 10, (16,), generator=g)
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+
+
+def check_optimizer(fmt: str) -> None:
+    plain, _, _ = train(hvd.Compression.none)
+    for fused in (True, False):
+        for predivide in (1.0, 2.0):
+            w, opt, _ = train(compressor(fmt, min_size=64), fused=fused, predivide=predivide)
+            assert (STATE_KEY in opt.state_dict()) == fused, fused
+            assert same_on_all_ranks(w), (fmt, fused, predivide)
+            assert 0 < rel_err(w, plain) < 0.05, (fmt, fused, rel_err(w, plain))
+    for fused in ("1", "0"):
+        os.environ["HOROVOD_Q8_FUSED"] = fused
+        try:
+            hvd.DistributedOptimizer(torch.optim.SGD(Net().parameters(), lr=0.1), compression=compressor(fmt),
+                                     op=hvd.Adasum)
+        except ValueError as e:
+            assert "Adasum" in str(e), e
+        else:
+            raise AssertionError(f"Adasum was accepted (HOROVOD_Q8_FUSED={fused})")
+    os.environ["HOROVOD_Q8_FUSED"] = "1"
+    print(f"{fmt}: hvd.DistributedOptimizer fused and per tensor, predivide, identical weights ok", flush=True)
+
+
+def check_state_dict(fmt: str) -> None:
+    """The fused optimizer's residuals and steps travel in its state_dict: an optimizer restored
+    from it takes the next step exactly as the uninterrupted one, one without them does not."""
+    comp = compressor(fmt, min_size=64, error_feedback=True)
+    _, a, model_a = train(comp, steps=3)
+    saved = a.state_dict()
+    assert saved[STATE_KEY]["residuals"], "no residuals saved"
+    results = []
+    for with_ours in (True, False):
+        model = Net()
+        model.load_state_dict(model_a.state_dict())
+        b = q8t.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                                     named_parameters=model.named_parameters(), compression=comp.fresh())
+        b.load_state_dict(saved if with_ours else {k: v for k, v in saved.items() if k != STATE_KEY})
+        one_step(model, b, 77)
+        results.append(weights(model))
+    one_step(model_a, a, 77)
+    assert torch.equal(results[0], weights(model_a)), fmt
+    assert not torch.equal(results[1], weights(model_a)), fmt  # the residuals mattered
+    print(f"{fmt}: optimizer state_dict carries residuals and steps ok", flush=True)
+
+
+def check_config_mismatch(fmt: str) -> None:
+    comp = compressor(fmt, min_size=1024 if RANK == 0 else 512)
+    try:
+        hvd.allreduce(rank_data((5000,)), compression=comp, name="mismatch")
+    except ConfigMismatchError as e:
+        assert "min_size=" in str(e), e
+    else:
+        raise AssertionError("different settings were not detected")
+    print(f"{fmt}: mismatched settings detected on rank {RANK}", flush=True)
+
+
+CHECKS = {"codebook": check_codebook, "threshold": check_threshold, "edges": check_edges,
+          "any_order": check_any_order, "optimizer": check_optimizer, "state_dict": check_state_dict,
+          "config_mismatch": check_config_mismatch}
+
+
+def main() -> None:
+    assert q8t.HOROVOD and horovod_api.installed(), "horovod_q8 did not wrap horovod.torch"
+    fmts = sys.argv[1].split(",")
+    for check in sys.argv[2:] or ["codebook", "threshold", "edges", "any_order", "optimizer", "state_dict"]:
+        for fmt in fmts:
+            if check == "codebook" and fmt not in BUDGET or check == "threshold" and fmt in BUDGET:
+                continue
+            CHECKS[check](fmt)
+    if RANK == 0:
+        print("OK", flush=True)
+
+
+if __name__ == "__main__":
+    main()

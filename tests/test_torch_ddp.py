@@ -1,0 +1,41 @@
+"""The DDP communication hook on 2 and 3 Gloo ranks under torch.multiprocessing."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch.distributed")
+pytestmark = pytest.mark.parallel
+
+from torch_procs import run_bounded  # noqa: E402
+
+SCRIPT = Path(__file__).parent / "parallel" / "torch_ddp_checks.py"
+NUMERICS = ["budgets", "small_stays_exact", "nan_inf", "threshold_feedback", "state_dict"]
+
+
+def run(n: int, *checks: str, timeout: float = 600):
+    rc, out = run_bounded([sys.executable, str(SCRIPT), str(n), *checks], timeout)
+    assert rc == 0, out[-6000:]
+    assert f"OK {n} ranks" in out  # the checks ran, on every rank (rank 0 prints after a barrier)
+    return out
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_hook_numerics(n):
+    run(n, *NUMERICS)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_ddp_training_with_the_hook(n):
+    run(n, "ddp_training")
+
+
+def test_mismatched_settings_stop_every_rank():
+    run(2, "config_mismatch")
+
+
+def test_unknown_check_is_refused():
+    rc, out = run_bounded([sys.executable, str(SCRIPT), "2", "no_such_check"], 120)
+    assert rc != 0 and "unknown checks" in out

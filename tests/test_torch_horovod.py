@@ -1,0 +1,55 @@
+"""horovod.torch with horovod_q8 under horovodrun -np 2 / -np 3 (tests/parallel/torch_hvd_checks.py)."""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+from horovod_q8.torch import horovod_torch_built  # noqa: E402
+
+if not horovod_torch_built():
+    pytest.skip("horovod.torch is not built here (Horovod needs HOROVOD_WITH_PYTORCH=1 and a torch it "
+                "builds against)", allow_module_level=True)
+pytestmark = pytest.mark.parallel
+
+from torch_procs import run_bounded  # noqa: E402
+
+SCRIPT = Path(__file__).parent / "parallel" / "torch_hvd_checks.py"
+ALL = "q8,q8_linear,q8_mantissa,q8_static_tree,q4,twobit,q4_threshold"
+
+
+def horovodrun() -> str:
+    found = Path(sys.executable).parent / "horovodrun"
+    return str(found) if found.exists() else shutil.which("horovodrun")
+
+
+def run(n: int, formats: str, *checks: str, controller: str = "--gloo", timeout: float = 900) -> str:
+    cmd = [horovodrun(), "-np", str(n), "-H", f"localhost:{n}", controller, sys.executable, str(SCRIPT),
+           formats, *checks]
+    rc, out = run_bounded(cmd, timeout)
+    assert rc == 0, out[-6000:]
+    return out
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_allreduce_every_compression(n):
+    out = run(n, ALL, "codebook", "threshold", "edges", "any_order")
+    assert "OK" in out and "q4_threshold: error feedback converges" in out
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_distributed_optimizer_fused_and_per_tensor(n):
+    out = run(n, "q8,q4_threshold", "optimizer", "state_dict")
+    assert "q4_threshold: optimizer state_dict carries residuals" in out
+
+
+def test_mpi_controller():
+    run(3, "q8", "codebook", "any_order", "optimizer", controller="--mpi")
+
+
+def test_mismatched_settings_stop_every_rank():
+    out = run(2, "q8", "config_mismatch", timeout=300)
+    assert out.count("mismatched settings detected") == 2, out[-3000:]
