@@ -29,6 +29,7 @@ from horovod_q8.tensorflow import compressed_sum as C
 from horovod_q8.tensorflow.state import CompressionState
 
 _CHECKED: set = set()
+_TENSOR_STATES: dict = {}  # setting -> the per-tensor path's CompressionState
 _LOG = logging.getLogger("horovod_q8")
 _TOLD: set = set()
 
@@ -42,18 +43,24 @@ class ConfigMismatchError(ValueError):
 @dataclass(frozen=True)
 class Q8Compressor(Setting):
     """A `Setting` as a Horovod compressor. `state` holds the residuals and step counters of
-    the per-tensor path (`hvd.allreduce(t, compression=...)`); optimizers and tapes get their
-    own state through the fused reducer. `fresh()` is the same setting with new state."""
+    the per-tensor path (`hvd.allreduce(t, compression=...)`), shared by equal settings;
+    optimizers and tapes get their own state through the fused reducer. `fresh()` is the same
+    setting with state of its own."""
 
     state: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.state is None:
-            object.__setattr__(self, "state", CompressionState("horovod_q8_tensor_state"))
+            # Equal settings share the per-tensor state, as they did before owners existed:
+            # `tf.function(lambda x: hvd.allreduce(x, compression=compressor("q8")))` builds a
+            # new compressor on each trace, and TF's second trace must find the same variables.
+            object.__setattr__(self, "state", _TENSOR_STATES.setdefault(self, CompressionState(
+                "horovod_q8_tensor_state")))
 
     def fresh(self) -> "Q8Compressor":
-        return dataclasses.replace(self, state=None)
+        """The same setting with per-tensor state of its own."""
+        return dataclasses.replace(self, state=CompressionState("horovod_q8_tensor_state"))
 
     def decision(self, tensor: tf.Tensor) -> policy.Decision:
         """Static decision, identical on every rank: dtype, size, shape and N only."""

@@ -146,6 +146,12 @@ def check_edges(name: str) -> None:
             assert "supports op=Sum and op=Average" in str(e), e
         else:
             raise AssertionError(f"{name}: op {op} was not refused")
+    try:  # a zero factor is named as such, not reported as an unsupported op
+        reduce_fn(compressor(name), op=hvd.Average, prescale_factor=0.0)(rank_data((5000,)))
+    except tf.errors.InvalidArgumentError as e:
+        assert "prescale_factor or postscale_factor is 0" in str(e), e
+    else:
+        raise AssertionError(f"{name}: prescale_factor=0 was not refused")
     print(f"{name}: empty/one/ints/small/fp16/fp64/NaN/Inf/refused ops ok", flush=True)
 
 
