@@ -31,7 +31,8 @@ class FusedReducer(tf.Module):
     gradients in buckets of up to fusion_bytes, each through one compressed sum."""
 
     def __init__(self, name: str, compression: Q8Compressor, sparse_as_dense: bool, op,
-                 gradient_predivide_factor: float, fusion_bytes: int = DEFAULT_FUSION_BYTES) -> None:
+                 gradient_predivide_factor: float, fusion_bytes: int = DEFAULT_FUSION_BYTES,
+                 state: Optional[CompressionState] = None) -> None:
         super().__init__(name="horovod_q8_reducer")
         check_op(op)
         if gradient_predivide_factor <= 0:
@@ -44,7 +45,7 @@ class FusedReducer(tf.Module):
         pre = 1.0 / gradient_predivide_factor if op == hvd.Average else 1.0
         post = gradient_predivide_factor if op == hvd.Average else 1.0
         self.pre, self.post = pre, post
-        self.state = CompressionState()
+        self.state = state if state is not None else CompressionState()
         self._eager_fn = tf.function(self._reduce) if tf.executing_eagerly() else None
 
     def __call__(self, grads, vars=None, use_generic_names=False):
@@ -91,6 +92,15 @@ class FusedReducer(tf.Module):
                 for i, part in zip(idx, parts):
                     out[i] = tf.cast(tf.reshape(part, grads[i].shape), grads[i].dtype)
             return out
+
+
+_SHARED: dict = {}  # (setting, name) -> the state of reducers that cannot own one
+
+
+def shared_state(compression: Q8Compressor, name: str) -> CompressionState:
+    """State for reducers rebuilt every step or trace (a gradient tape is made inside the
+    training step): shared by equal settings and reducer names, so it outlives them."""
+    return _SHARED.setdefault((compression, name), CompressionState())
 
 
 def make_fused_allreduce_grads_fn(name: str, compression: Q8Compressor, sparse_as_dense: bool,

@@ -20,10 +20,12 @@ from typing import Optional
 
 import horovod
 import horovod.tensorflow as hvd
+import tensorflow as tf
 
 KNOWN_VERSIONS = ("0.28.",)
 KNOWN_PARAMETERS = ("name", "device_dense", "device_sparse", "compression", "sparse_as_dense", "op",
                     "gradient_predivide_factor", "groups", "process_set")
+TAPE_NAME = "DistributedGradientTape"  # the name Horovod 0.28's tape gives its reducer
 _LOG = logging.getLogger("horovod_q8")
 _local = threading.local()  # fusion_bytes / off switch for reducers built in this thread
 _original = None
@@ -47,7 +49,7 @@ def _make(name, device_dense, device_sparse, compression, sparse_as_dense, op,
           gradient_predivide_factor, groups, process_set=hvd.global_process_set):
     """Horovod's signature; a FusedReducer for a horovod_q8 compressor, else Horovod's own."""
     from horovod_q8.tensorflow.compressor import Q8Compressor
-    from horovod_q8.tensorflow.fused import DEFAULT_FUSION_BYTES, FusedReducer
+    from horovod_q8.tensorflow.fused import DEFAULT_FUSION_BYTES, FusedReducer, shared_state
 
     if not isinstance(compression, Q8Compressor) or getattr(_local, "off", False) \
             or os.environ.get("HOROVOD_Q8_FUSED", "1") == "0":
@@ -65,8 +67,11 @@ def _make(name, device_dense, device_sparse, compression, sparse_as_dense, op,
                        "global process set or hvd.Compression.fp16 for a subset)")
     if refused:
         raise ValueError("horovod_q8 compression cannot honour " + "; ".join(refused))
+    # A tape is rebuilt every step (often inside the traced step): its state cannot be its own.
+    transient = name == TAPE_NAME or not tf.executing_eagerly()
     return FusedReducer(name, compression, sparse_as_dense, op, gradient_predivide_factor,
-                        getattr(_local, "fusion_bytes", DEFAULT_FUSION_BYTES))
+                        getattr(_local, "fusion_bytes", DEFAULT_FUSION_BYTES),
+                        shared_state(compression, name) if transient else None)
 
 
 def install() -> bool:
