@@ -65,9 +65,22 @@ def _divide_overflowed(xs, vt):
 
 @njit(cache=True)
 def _nearest_lut(vt, length, lut, mids, ct):
-    """ct = count(mids < v): a lookup on v's top 16 bits, then one comparison (exact, see codebooks)."""
+    """ct = count(mids < v): a lookup on v's top 16 bits, then one comparison (exact, see codebooks).
+
+    Scalar (AVX2 gathers measured slower here); eight codes are stored as one 64-bit word, which
+    saves memory operations, the limit of this loop. x86-64 and AArch64 accept unaligned words.
+    """
     vb = vt.view(np.uint32)
-    for i in range(length):
+    words = length // 8
+    c64 = ct[: 8 * words].view(np.uint64)
+    for j in range(words):
+        acc = np.uint64(0)
+        for q in range(8):
+            i = 8 * j + q
+            k = lut[vb[i] >> np.uint32(16)]
+            acc |= np.uint64(k + (mids[k] < vt[i])) << np.uint64(8 * q)
+        c64[j] = acc
+    for i in range(8 * words, length):
         k = lut[vb[i] >> np.uint32(16)]
         ct[i] = k + (mids[k] < vt[i])
 
@@ -358,7 +371,8 @@ def _scaled_table(table, s, st):
 
 @njit(cache=True)
 def _decode_words(c64, st, o8):
-    """Eight 8-bit codes per 64-bit load (fewer memory operations than one load per code)."""
+    """Eight 8-bit codes per 64-bit load (fewer memory operations than one load per code;
+    unaligned words are fine on x86-64 and AArch64)."""
     for k in range(c64.size):
         w = c64[k]
         for q in range(8):
@@ -405,14 +419,16 @@ def _decode_nibbles(cs, st, os, accumulate):
 @njit(cache=True)
 def _decode_crumbs(cs, st, os, accumulate):
     """2-bit codes, four per byte, lowest bits first; len(os) == 4 * len(cs)."""
-    for k in range(cs.size):
-        byte = cs[k]
-        for q in range(4):
-            v = st[(byte >> np.uint8(2 * q)) & np.uint8(3)]
-            if accumulate:
-                os[4 * k + q] += v
-            else:
-                os[4 * k + q] = v
+    if accumulate:
+        for k in range(cs.size):
+            byte = cs[k]
+            for q in range(4):
+                os[4 * k + q] += st[(byte >> np.uint8(2 * q)) & np.uint8(3)]
+    else:
+        for k in range(cs.size):
+            byte = cs[k]
+            for q in range(4):
+                os[4 * k + q] = st[(byte >> np.uint8(2 * q)) & np.uint8(3)]
 
 
 @njit(cache=True)

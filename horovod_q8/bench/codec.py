@@ -32,9 +32,26 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
                    help="comma-separated thread counts for the parallel kernels ('all' = every Numba "
                         "thread); a count of 1 also times the serial kernels")
     p.add_argument("--no-residual", action="store_true",
-                   help="threshold formats without error feedback (default: with a residual, as trained)")
+                   help="time threshold formats only without error feedback (default: with and without)")
     p.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    p.add_argument("--check-reciprocal", action="store_true",
+                   help="also count the codes that x * (1/scale) would change against the spec's x / scale")
     return p
+
+
+def reciprocal_differences(x: np.ndarray, fmt: Format) -> tuple:
+    """(quotients, codes) of x that differ when x / scale is replaced by x * (1 / scale) (nearest)."""
+    from horovod_q8.formats import codebooks
+    from horovod_q8.formats import reference as R
+
+    t = codebooks.tables(fmt.codebook, fmt.bits)
+    block = fmt.block_for(x.size)
+    s = np.repeat(R.block_scales(x, block), block)[: x.size]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        divided, multiplied = x / s, x * (np.float32(1) / s)
+    mids = t.mids[: t.size - 1]
+    codes_differ = np.count_nonzero(np.searchsorted(mids, divided) != np.searchsorted(mids, multiplied))
+    return int(np.count_nonzero(divided != multiplied)), int(codes_differ)
 
 
 def median_times(ops: Dict[str, Callable[[], object]], repeats: int) -> Dict[str, float]:
@@ -79,21 +96,31 @@ def format_ops(fmt: Format, x: np.ndarray, residual: bool) -> Dict[str, Callable
             "decode_acc": lambda: cpu.decode(buf, fmt, n, out=acc, accumulate=True)}
 
 
-def measure(fmts: List[Format], x: np.ndarray, variant: str, threads: int, repeats: int,
-            residual: bool) -> List[dict]:
-    """One row per format: ms of each op and of the copy, and the ratios to the copy."""
+def cases(fmts: List[Format], residual: bool) -> List[tuple]:
+    """(label, format, with residual) to time: threshold formats with and without error feedback."""
+    out = []
+    for f in fmts:
+        if f.uses_residual and residual:
+            out.append((f"{f.name} +residual", f, True))
+        out.append((f.name, f, False))
+    return out
+
+
+def measure(entries: List[tuple], x: np.ndarray, variant: str, threads: int, repeats: int) -> List[dict]:
+    """One row per entry: ms of each op and of the copy, and the ratios to the copy."""
     y = np.empty_like(x)
     ops: Dict[str, Callable[[], object]] = {"copy": lambda: np.copyto(y, x)}
-    for f in fmts:
-        ops.update({f"{f.name}/{k}": fn for k, fn in format_ops(f, x, residual).items()})
+    for label, f, residual in entries:
+        ops.update({f"{label}/{k}": fn for k, fn in format_ops(f, x, residual).items()})
     with kernels(variant, threads):
         t = median_times(ops, repeats)
     rows = []
-    for f in fmts:
-        enc, dec, acc = (t[f"{f.name}/{k}"] for k in ("encode", "decode", "decode_acc"))
-        rows.append(dict(format=f.name, variant=variant, threads=threads, encode_ms=enc * 1e3,
-                         decode_ms=dec * 1e3, decode_acc_ms=acc * 1e3, copy_ms=t["copy"] * 1e3,
-                         ratio=(enc + dec) / t["copy"], ratio_acc=(enc + acc) / t["copy"]))
+    for label, f, residual in entries:
+        enc, dec, acc = (t[f"{label}/{k}"] for k in ("encode", "decode", "decode_acc"))
+        rows.append(dict(format=label, residual=residual, variant=variant, threads=threads,
+                         encode_ms=enc * 1e3, decode_ms=dec * 1e3, decode_acc_ms=acc * 1e3,
+                         copy_ms=t["copy"] * 1e3, ratio=(enc + dec) / t["copy"],
+                         ratio_acc=(enc + acc) / t["copy"]))
     return rows
 
 
@@ -121,26 +148,32 @@ def run(args: argparse.Namespace) -> None:
 
     x = np.random.default_rng(0).standard_normal(args.elements).astype(np.float32)
     fmts = resolve_formats(args.formats, x.size)
+    entries = cases(fmts, not args.no_residual)
     rows: List[dict] = []
     for variant, threads in settings(args):
-        rows += measure(fmts, x, variant, threads, args.repeats, not args.no_residual)
+        rows += measure(entries, x, variant, threads, args.repeats)
     head = (f"# codec benchmark: {x.size} float32 ({x.nbytes / 1e6:.0f} MB, Gaussian), median of "
             f"{args.repeats} interleaved rounds; {machine()}; numba {numba.__version__}, "
             f"{numba.config.NUMBA_NUM_THREADS} Numba threads")
     print(head)
-    print("# threshold formats " + ("without a residual" if args.no_residual else
-                                     "with a residual (error feedback: x and residual read, residual written)"))
+    print("# threshold formats: '+residual' rows with error feedback (x and the residual read, the "
+          "residual written: one more stream than a copy), the others without")
     print("# ratio = (encode + decode) / copy; ratio_acc = (encode + decode_acc) / copy; "
           "copy = np.copyto into a preallocated float32 buffer (one thread)\n")
     header = ["format", "kernels", "threads", "encode ms", "decode ms", "decode+acc ms", "copy ms",
               "ratio", "ratio_acc"]
     print(markdown(header, [[r["format"], r["variant"], r["threads"], r["encode_ms"], r["decode_ms"],
                              r["decode_acc_ms"], r["copy_ms"], r["ratio"], r["ratio_acc"]] for r in rows]))
+    if args.check_reciprocal:
+        print("\n# x * (1/scale) instead of the spec's x / scale (blocks of 1024, nearest):")
+        for f in fmts:
+            if f.kind == "codebook":
+                quotients, codes = reciprocal_differences(x, f)
+                print(f"# {f.name}: {quotients} of {x.size} quotients and {codes} codes differ")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(command=" ".join(sys.argv), machine=machine(), numba=numba.__version__,
-                           elements=x.size, repeats=args.repeats, residual=not args.no_residual,
-                           rows=rows), f, indent=1)
+                           elements=x.size, repeats=args.repeats, rows=rows), f, indent=1)
 
 
 def main(argv=None) -> None:

@@ -1,0 +1,36 @@
+"""`horovod-q8 bench codec` runs and reports every row; its reciprocal check counts what it claims."""
+from __future__ import annotations
+
+import json
+
+import numba
+import numpy as np
+import pytest
+
+from horovod_q8.bench import codec as bench
+from horovod_q8.formats import get
+
+
+def test_bench_codec_writes_every_row(tmp_path, capsys):
+    out = tmp_path / "codec.json"
+    bench.main(["--elements", "20000", "--repeats", "1", "--threads", "1,all", "--formats", "q8,twobit",
+                "--json", str(out)])
+    data = json.loads(out.read_text())
+    got = {(r["format"], r["variant"], r["threads"]) for r in data["rows"]}
+    every = numba.config.NUMBA_NUM_THREADS
+    settings = {("serial", 1), ("parallel", 1), ("parallel", every)}
+    assert got == {(f, v, t) for f in ("q8", "twobit +residual", "twobit") for v, t in settings}
+    for r in data["rows"]:
+        assert r["encode_ms"] > 0 and r["decode_ms"] > 0 and r["copy_ms"] > 0
+        assert r["ratio"] == pytest.approx((r["encode_ms"] + r["decode_ms"]) / r["copy_ms"])
+    assert f"| twobit +residual | parallel | {every} |" in capsys.readouterr().out
+
+
+def test_reciprocal_check_counts_changed_quotients(rng):
+    fmt = get("q8")
+    x = rng.standard_normal(1 << 16).astype(np.float32)
+    quotients, codes = bench.reciprocal_differences(x, fmt)
+    assert quotients > 0 and 0 <= codes <= quotients
+    x.reshape(-1, 1024)[:, 0] = 1.0  # every block's scale 1.0: x * (1/1) is x / 1 exactly
+    x = np.clip(x, -1, 1)
+    assert bench.reciprocal_differences(x, fmt) == (0, 0)

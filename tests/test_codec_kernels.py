@@ -1,0 +1,49 @@
+"""The CPU kernels' table searches against the reference where they are easiest to get wrong:
+at every midpoint of every table, one float either side, at ±0 and ±1 (blocks of scale 1)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import horovod_q8 as q
+from horovod_q8.formats import codebooks, get
+from horovod_q8.formats import reference as R
+
+BASE = {8: get("q8", block_size=1024), 4: get("q4", block_size=1024)}
+TABLES = [(name, 4 if name.startswith("q4") else 8) for name in codebooks.VALUE_TABLES]
+
+
+def edge_values(t: codebooks.CodebookTables) -> np.ndarray:
+    """Each midpoint and its neighbouring floats, both signs, and 0, -0, tiny values; |v| <= 1."""
+    mids = t.mids[: t.size - 1]
+    near = np.concatenate([mids, np.nextafter(mids, np.float32(np.inf)), np.nextafter(mids, np.float32(-np.inf))])
+    v = np.concatenate([near, -near, [0.0, -0.0, 1e-45, -1e-45, 1e-38, -1e-38, 1.0, -1.0]]).astype(np.float32)
+    return v[np.abs(v) <= 1]
+
+
+@pytest.mark.parametrize("name,bits", TABLES)
+@pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
+def test_codes_at_every_midpoint_match_the_reference(name, bits, rounding):
+    t = codebooks.tables(name, bits)
+    v = edge_values(t)
+    blocks = -(-v.size // 1023)
+    rows = np.zeros((blocks, 1024), np.float32)
+    rows[:, 0] = 1.0  # every block's scale is exactly 1: x / scale is x itself
+    rows[:, 1:] = np.resize(v, blocks * 1023).reshape(blocks, 1023)
+    x = rows.reshape(-1)
+    fmt = replace(BASE[bits], codebook=name, rounding=rounding, seed=7)
+    ref = q.quantize(x, fmt, backend="reference")
+    assert np.array_equal(ref, q.quantize(x, fmt, backend="cpu"))
+    if rounding == "nearest" and not name.endswith(codebooks.UNSIGNED_SUFFIX):
+        # and the reference itself counts the midpoints below v
+        codes = np.searchsorted(t.mids[: t.size - 1], x, side="left")
+        np.testing.assert_array_equal(R.unpack(ref[4 * blocks:], bits, x.size), codes)
+
+
+def test_symmetric_4bit_path_is_taken_only_for_symmetric_tables():
+    assert codebooks.tables("q4", 4).positive_mid_bits.size == 7
+    assert codebooks.tables("q4_unsigned", 4).positive_mid_bits.size == 0
+    mids = codebooks.tables("q4", 4).mids[:14]
+    np.testing.assert_array_equal(codebooks.tables("q4", 4).positive_mid_bits.view(np.float32), mids[7:])
