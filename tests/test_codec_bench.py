@@ -23,7 +23,7 @@ def test_bench_codec_writes_every_row(tmp_path, capsys):
     for r in data["rows"]:
         assert r["encode_ms"] > 0 and r["decode_ms"] > 0 and r["copy_ms"] > 0
         assert r["ratio"] == pytest.approx((r["encode_ms"] + r["decode_ms"]) / r["copy_ms"])
-    assert f"| twobit +residual | parallel | {every} |" in capsys.readouterr().out
+    assert f"| twobit +residual | {bench.HERE} | parallel | {every} |" in capsys.readouterr().out
 
 
 def test_reciprocal_check_counts_changed_quotients(rng):
@@ -34,3 +34,12 @@ def test_reciprocal_check_counts_changed_quotients(rng):
     x.reshape(-1, 1024)[:, 0] = 1.0  # every block's scale 1.0: x * (1/1) is x / 1 exactly
     x = np.clip(x, -1, 1)
     assert bench.reciprocal_differences(x, fmt) == (0, 0)
+
+
+def test_bench_codec_times_a_git_baseline_in_the_same_rounds(tmp_path):
+    out = tmp_path / "codec.json"
+    bench.main(["--elements", "5000", "--repeats", "1", "--threads", "1", "--formats", "twobit",
+                "--no-residual", "--baseline", "HEAD", "--json", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["code"], r["variant"]) for r in rows} == {(c, v) for c in ("HEAD", bench.HERE)
+                                                         for v in ("serial", "parallel")}

@@ -47,3 +47,14 @@ def test_symmetric_4bit_path_is_taken_only_for_symmetric_tables():
     assert codebooks.tables("q4_unsigned", 4).positive_mid_bits.size == 0
     mids = codebooks.tables("q4", 4).mids[:14]
     np.testing.assert_array_equal(codebooks.tables("q4", 4).positive_mid_bits.view(np.float32), mids[7:])
+
+
+def test_serial_and_parallel_kernels_have_their_own_cache_files():
+    """Numba names a cache file after the function and keys it by signature, not by the parallel
+    flag: built from one function, both variants would load whichever was cached first."""
+    from horovod_q8.backends import cpu_kernels as K
+
+    for name in K.SERIAL:
+        serial, parallel = K.SERIAL[name], K.PARALLEL[name]
+        assert parallel.targetoptions.get("parallel") and not serial.targetoptions.get("parallel")
+        assert serial._cache._cache_file._index_name != parallel._cache._cache_file._index_name

@@ -130,9 +130,9 @@ def test_two_phase_sum_of_large_values_overflows_to_inf(name, backend):
         x[100], x[200], x[3000] = big, -big, big / 4
     fmt = get(name)
     total = np.zeros(n, np.float32)
-    for x in ranks:
-        q.dequantize(q.quantize(x, fmt, backend=backend), fmt, n, out=total, accumulate=True, backend=backend)
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore"):  # the float32 sum overflows, as it should
+        for x in ranks:
+            q.dequantize(q.quantize(x, fmt, backend=backend), fmt, n, out=total, accumulate=True, backend=backend)
         exact = np.sum(np.stack(ranks), axis=0, dtype=np.float32)
     assert exact[100] == np.inf and exact[200] == -np.inf and np.isfinite(exact[3000])
     y = q.dequantize(q.quantize(total, fmt, backend=backend), fmt, n, backend=backend)

@@ -33,9 +33,10 @@ def encode(x: np.ndarray, fmt: Format, residual: Optional[np.ndarray] = None,
         return out
     if fmt.kind == CODEBOOK:
         t = tables(fmt.codebook, fmt.bits)
+        seed = (fmt.seed if seed is None else seed) & 0xFFFFFFFF
         K.kernel("encode_codebook", n)(
             x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, t.lut, t.mids, t.values,
-            t.positive_mid_bits, t.size, fmt.bits, t.zero_code, fmt.rounding == "stochastic", (fmt.seed if seed is None else seed) & 0xFFFFFFFF)
+            t.positive_mid_bits, t.size, fmt.bits, t.zero_code, fmt.rounding == "stochastic", seed)
     else:
         use = residual is not None
         r = residual if use else np.empty(0, np.float32)

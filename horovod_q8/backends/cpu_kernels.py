@@ -11,6 +11,8 @@ block is in the L1 cache instead of one pass over the whole tensor per step.
 """
 from __future__ import annotations
 
+import types
+
 import numpy as np
 from numba import njit, prange
 
@@ -479,10 +481,23 @@ def decode(codes, n, block, scales, has_scales, table, bits, out, accumulate):
             i = e
 
 
+def _compiled(f, parallel: bool):
+    """A dispatcher for kernel f under its own name, f_serial or f_parallel.
+
+    Numba names a cache file after the function and keys it by signature, not by the parallel
+    flag: compiled from one function, the serial and the parallel variants would share one
+    file, and whichever was cached first would run for both (the parallel one on one thread).
+    nogil: TensorFlow may run two host calls (pieces of one pipelined tensor) at once.
+    """
+    suffix = "_parallel" if parallel else "_serial"
+    g = types.FunctionType(f.__code__, f.__globals__, f.__name__ + suffix, f.__defaults__, f.__closure__)
+    g.__qualname__ = f.__qualname__ + suffix
+    return njit(cache=True, parallel=parallel, nogil=True)(g)
+
+
 _KERNELS = (encode_codebook, encode_threshold, decode)
-# nogil: TensorFlow may run two host calls (pieces of one pipelined tensor) at once
-SERIAL = {f.__name__: njit(cache=True, nogil=True)(f) for f in _KERNELS}
-PARALLEL = {f.__name__: njit(cache=True, parallel=True, nogil=True)(f) for f in _KERNELS}
+SERIAL = {f.__name__: _compiled(f, parallel=False) for f in _KERNELS}
+PARALLEL = {f.__name__: _compiled(f, parallel=True) for f in _KERNELS}
 PARALLEL_MIN = 1 << 18  # elements
 
 

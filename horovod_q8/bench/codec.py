@@ -3,29 +3,42 @@
 For each format, in one run: encode ms, decode ms, decode-and-accumulate ms (`out +=`, as the
 allreduce uses it), the time of `np.copyto` of the same float32 tensor into a preallocated
 buffer, and the ratio (encode + decode) / copy. Rows for one thread (the serial kernels and
-the parallel kernels on one thread) and for every thread. Timings are interleaved, one call of
-each per round, and the median of the rounds is reported, so that drift hits every column alike.
+the parallel kernels on one thread) and for every thread; with --baseline REV also the CPU
+backend of that git revision, timed in the same rounds. Timings are interleaved, one call of
+each op per round, and the median (or with --stat min the best) of the rounds is reported, so
+that drift hits every column alike; on a machine shared with other jobs, or whose clock
+varies, the best round is the steadier estimate.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
+import os
+import subprocess
 import sys
+import tempfile
 import time
-from typing import Callable, Dict, Iterator, List, Optional
+from pathlib import Path
+from types import ModuleType
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from horovod_q8.formats import Format, get, names
 
 DEFAULT_FORMATS = "q8,q4,twobit,q4_threshold"
+HERE = "this tree"
+Backend = Tuple[str, ModuleType, ModuleType]  # (label, backend module, its kernels module)
 
 
 def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
     p = p or argparse.ArgumentParser(prog="horovod-q8 bench codec", description=__doc__)
     p.add_argument("--elements", type=int, default=25_600_000, help="float32 elements in the tensor")
-    p.add_argument("--repeats", type=int, default=7, help="rounds; the median is reported")
+    p.add_argument("--repeats", type=int, default=7, help="rounds; the median (or the best) is reported")
+    p.add_argument("--stat", choices=("median", "min"), default="median",
+                   help="per-op statistic over the rounds (min: the best round, for a shared machine)")
     p.add_argument("--formats", default=DEFAULT_FORMATS,
                    help=f"comma-separated format names, or 'all' (default {DEFAULT_FORMATS})")
     p.add_argument("--threads", default="1,all",
@@ -33,6 +46,8 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
                         "thread); a count of 1 also times the serial kernels")
     p.add_argument("--no-residual", action="store_true",
                    help="time threshold formats only without error feedback (default: with and without)")
+    p.add_argument("--baseline", default=None, metavar="REV",
+                   help="also time the CPU backend of this git revision of the checkout, in the same rounds")
     p.add_argument("--json", default=None, help="also write the rows to this JSON file")
     p.add_argument("--check-reciprocal", action="store_true",
                    help="also count the codes that x * (1/scale) would change against the spec's x / scale")
@@ -54,8 +69,54 @@ def reciprocal_differences(x: np.ndarray, fmt: Format) -> tuple:
     return int(np.count_nonzero(divided != multiplied)), int(codes_differ)
 
 
-def median_times(ops: Dict[str, Callable[[], object]], repeats: int) -> Dict[str, float]:
-    """Median seconds of each op, the ops called in turn once per round after one warm-up round."""
+def _load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def baseline_backend(rev: str) -> Backend:
+    """The CPU backend (backends/cpu.py and cpu_kernels.py) of git revision `rev`, importable
+    beside this tree's: written to a temporary folder, its kernel import pointed at its own copy."""
+    root = Path(__file__).resolve().parents[2]
+
+    def show(path: str) -> str:
+        return subprocess.run(["git", "-C", str(root), "show", f"{rev}:{path}"], check=True,
+                              capture_output=True, text=True).stdout
+
+    folder = Path(tempfile.mkdtemp(prefix="hq8-baseline-"))
+    (folder / "hq8_baseline_kernels.py").write_text(show("horovod_q8/backends/cpu_kernels.py"))
+    kernels_mod = _load("hq8_baseline_kernels", folder / "hq8_baseline_kernels.py")
+    source = show("horovod_q8/backends/cpu.py")
+    line = "from horovod_q8.backends import cpu_kernels as K"
+    if line not in source:
+        raise SystemExit(f"--baseline {rev}: its backends/cpu.py does not import its kernels as expected")
+    (folder / "hq8_baseline_cpu.py").write_text(source.replace(line, "import hq8_baseline_kernels as K"))
+    return rev, _load("hq8_baseline_cpu", folder / "hq8_baseline_cpu.py"), kernels_mod
+
+
+@contextlib.contextmanager
+def kernels(variant: str, threads: int, modules: List[ModuleType]) -> Iterator[None]:
+    """Force the serial or the parallel Numba kernels of these modules, on `threads` threads."""
+    import numba
+
+    saved = [m.PARALLEL_MIN for m in modules], numba.get_num_threads()
+    for m in modules:
+        m.PARALLEL_MIN = 0 if variant == "parallel" else sys.maxsize
+    numba.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        for m, v in zip(modules, saved[0]):
+            m.PARALLEL_MIN = v
+        numba.set_num_threads(saved[1])
+
+
+def round_times(ops: Dict[str, Callable[[], object]], repeats: int, stat: str = "median") -> Dict[str, float]:
+    """Seconds of each op (median or min over rounds), the ops called in turn once per round
+    after one warm-up round."""
     times: Dict[str, List[float]] = {k: [] for k in ops}
     for r in range(repeats + 1):
         for k, fn in ops.items():
@@ -63,61 +124,45 @@ def median_times(ops: Dict[str, Callable[[], object]], repeats: int) -> Dict[str
             fn()
             if r:
                 times[k].append(time.perf_counter() - t)
-    return {k: float(np.median(v)) for k, v in times.items()}
+    reduce = np.min if stat == "min" else np.median
+    return {k: float(reduce(v)) for k, v in times.items()}
 
 
-@contextlib.contextmanager
-def kernels(variant: str, threads: int) -> Iterator[None]:
-    """Force the serial or the parallel Numba kernels, the latter on `threads` threads."""
-    import numba
-
-    from horovod_q8.backends import cpu_kernels as K
-
-    saved_min, saved_threads = K.PARALLEL_MIN, numba.get_num_threads()
-    K.PARALLEL_MIN = 0 if variant == "parallel" else sys.maxsize
-    numba.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        K.PARALLEL_MIN = saved_min
-        numba.set_num_threads(saved_threads)
-
-
-def format_ops(fmt: Format, x: np.ndarray, residual: bool) -> Dict[str, Callable[[], object]]:
-    """encode / decode / decode+accumulate of x through the CPU backend, buffers preallocated."""
-    from horovod_q8.backends import cpu
-
+def format_ops(be: ModuleType, fmt: Format, x: np.ndarray, residual: bool) -> Dict[str, Callable[[], object]]:
+    """encode / decode / decode+accumulate of x through a CPU backend, buffers preallocated."""
     n = x.size
-    buf = cpu.encode(x, fmt, residual=np.zeros(n, np.float32) if fmt.uses_residual else None)
+    buf = be.encode(x, fmt, residual=np.zeros(n, np.float32) if fmt.uses_residual else None)
     r = np.zeros(n, np.float32) if (fmt.uses_residual and residual) else None
     out, acc = np.empty(n, np.float32), np.zeros(n, np.float32)
-    return {"encode": lambda: cpu.encode(x, fmt, residual=r, out=buf),
-            "decode": lambda: cpu.decode(buf, fmt, n, out=out),
-            "decode_acc": lambda: cpu.decode(buf, fmt, n, out=acc, accumulate=True)}
+    return {"encode": lambda: be.encode(x, fmt, residual=r, out=buf),
+            "decode": lambda: be.decode(buf, fmt, n, out=out),
+            "decode_acc": lambda: be.decode(buf, fmt, n, out=acc, accumulate=True)}
 
 
-def cases(fmts: List[Format], residual: bool) -> List[tuple]:
-    """(label, format, with residual) to time: threshold formats with and without error feedback."""
+def cases(fmts: List[Format], residual: bool, backends: List[Backend]) -> List[tuple]:
+    """(label, format, with residual, backend) to time; threshold formats with and without feedback."""
     out = []
     for f in fmts:
-        if f.uses_residual and residual:
-            out.append((f"{f.name} +residual", f, True))
-        out.append((f.name, f, False))
+        for be in backends:
+            if f.uses_residual and residual:
+                out.append((f"{f.name} +residual", f, True, be))
+            out.append((f.name, f, False, be))
     return out
 
 
-def measure(entries: List[tuple], x: np.ndarray, variant: str, threads: int, repeats: int) -> List[dict]:
+def measure(entries: List[tuple], x: np.ndarray, variant: str, threads: int, repeats: int,
+            stat: str = "median") -> List[dict]:
     """One row per entry: ms of each op and of the copy, and the ratios to the copy."""
     y = np.empty_like(x)
     ops: Dict[str, Callable[[], object]] = {"copy": lambda: np.copyto(y, x)}
-    for label, f, residual in entries:
-        ops.update({f"{label}/{k}": fn for k, fn in format_ops(f, x, residual).items()})
-    with kernels(variant, threads):
-        t = median_times(ops, repeats)
+    for label, f, residual, (code, be, _) in entries:
+        ops.update({f"{code}/{label}/{k}": fn for k, fn in format_ops(be, f, x, residual).items()})
+    with kernels(variant, threads, list({id(e[3][2]): e[3][2] for e in entries}.values())):
+        t = round_times(ops, repeats, stat)
     rows = []
-    for label, f, residual in entries:
-        enc, dec, acc = (t[f"{label}/{k}"] for k in ("encode", "decode", "decode_acc"))
-        rows.append(dict(format=label, residual=residual, variant=variant, threads=threads,
+    for label, f, residual, (code, _, _) in entries:
+        enc, dec, acc = (t[f"{code}/{label}/{k}"] for k in ("encode", "decode", "decode_acc"))
+        rows.append(dict(format=label, code=code, residual=residual, variant=variant, threads=threads,
                          encode_ms=enc * 1e3, decode_ms=dec * 1e3, decode_acc_ms=acc * 1e3,
                          copy_ms=t["copy"] * 1e3, ratio=(enc + dec) / t["copy"],
                          ratio_acc=(enc + acc) / t["copy"]))
@@ -141,29 +186,42 @@ def resolve_formats(spec: str, n: int) -> List[Format]:
     return [get(m.strip()).for_shape((n,)) for m in chosen]
 
 
-def run(args: argparse.Namespace) -> None:
+def report(args: argparse.Namespace, rows: List[dict], load_before: float, n: int) -> None:
     import numba
 
     from horovod_q8.bench.common import machine, markdown
 
-    x = np.random.default_rng(0).standard_normal(args.elements).astype(np.float32)
-    fmts = resolve_formats(args.formats, x.size)
-    entries = cases(fmts, not args.no_residual)
-    rows: List[dict] = []
-    for variant, threads in settings(args):
-        rows += measure(entries, x, variant, threads, args.repeats)
-    head = (f"# codec benchmark: {x.size} float32 ({x.nbytes / 1e6:.0f} MB, Gaussian), median of "
-            f"{args.repeats} interleaved rounds; {machine()}; numba {numba.__version__}, "
-            f"{numba.config.NUMBA_NUM_THREADS} Numba threads")
-    print(head)
+    stat = "best" if args.stat == "min" else "median"
+    print(f"# codec benchmark: {n} float32 ({4 * n / 1e6:.0f} MB, Gaussian), {stat} of {args.repeats} "
+          f"interleaved rounds; {machine()}; numba {numba.__version__}, {numba.config.NUMBA_NUM_THREADS} "
+          f"Numba threads; load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
     print("# threshold formats: '+residual' rows with error feedback (x and the residual read, the "
           "residual written: one more stream than a copy), the others without")
     print("# ratio = (encode + decode) / copy; ratio_acc = (encode + decode_acc) / copy; "
           "copy = np.copyto into a preallocated float32 buffer (one thread)\n")
-    header = ["format", "kernels", "threads", "encode ms", "decode ms", "decode+acc ms", "copy ms",
+    header = ["format", "code", "kernels", "threads", "encode ms", "decode ms", "decode+acc ms", "copy ms",
               "ratio", "ratio_acc"]
-    print(markdown(header, [[r["format"], r["variant"], r["threads"], r["encode_ms"], r["decode_ms"],
+    print(markdown(header, [[r["format"], r["code"], r["variant"], r["threads"], r["encode_ms"], r["decode_ms"],
                              r["decode_acc_ms"], r["copy_ms"], r["ratio"], r["ratio_acc"]] for r in rows]))
+
+
+def run(args: argparse.Namespace) -> None:
+    import numba
+
+    from horovod_q8.backends import cpu, cpu_kernels
+    from horovod_q8.bench.common import machine
+
+    load_before = os.getloadavg()[0]
+    x = np.random.default_rng(0).standard_normal(args.elements).astype(np.float32)
+    fmts = resolve_formats(args.formats, x.size)
+    backends: List[Backend] = [(HERE, cpu, cpu_kernels)]
+    if args.baseline:
+        backends.insert(0, baseline_backend(args.baseline))
+    entries = cases(fmts, not args.no_residual, backends)
+    rows: List[dict] = []
+    for variant, threads in settings(args):
+        rows += measure(entries, x, variant, threads, args.repeats, args.stat)
+    report(args, rows, load_before, x.size)
     if args.check_reciprocal:
         print("\n# x * (1/scale) instead of the spec's x / scale (blocks of 1024, nearest):")
         for f in fmts:
@@ -173,7 +231,8 @@ def run(args: argparse.Namespace) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(command=" ".join(sys.argv), machine=machine(), numba=numba.__version__,
-                           elements=x.size, repeats=args.repeats, rows=rows), f, indent=1)
+                           elements=x.size, repeats=args.repeats, stat=args.stat, baseline=args.baseline,
+                           rows=rows), f, indent=1)
 
 
 def main(argv=None) -> None:
