@@ -5,7 +5,6 @@ import csv
 import json
 import os
 from dataclasses import dataclass
-from typing import List
 
 # Krizhevsky's "one weird trick" AlexNet (also torchvision's): (name, weight elements, bias).
 _ALEXNET = [("conv1", 64 * 3 * 11 * 11, 64), ("conv2", 192 * 64 * 5 * 5, 192),

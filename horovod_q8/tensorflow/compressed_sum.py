@@ -7,7 +7,6 @@ import re
 from typing import Optional
 
 import horovod.tensorflow as hvd
-import numpy as np
 import tensorflow as tf
 
 from horovod_q8.collective import engine
@@ -59,7 +58,3 @@ def compressed_sum(state: Optional[CompressionState], req: engine.Request, flat:
 
 def as_flat_float32(tensor: tf.Tensor) -> tf.Tensor:
     return tf.reshape(tf.cast(tensor, tf.float32), [-1])
-
-
-def numel(shape) -> int:
-    return int(np.prod(shape, dtype=np.int64))

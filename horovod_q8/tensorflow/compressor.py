@@ -64,7 +64,7 @@ class Q8Compressor(Setting):
 
     def decision(self, tensor: tf.Tensor) -> policy.Decision:
         """Static decision, identical on every rank: dtype, size, shape and N only."""
-        n = C.numel(tensor.shape) if tensor.shape.is_fully_defined() else None
+        n = policy.numel(tensor.shape) if tensor.shape.is_fully_defined() else None
         return policy.decide(self, tensor.dtype.is_floating, n, hvd.size(),
                              layer_group(tensor.shape.rank or 1))
 

@@ -88,7 +88,7 @@ class FusedReducer(tf.Module):
                     req = policy.request(self.compression, n, group, f"q8.{name}.bucket{b}")
                     total = C.compressed_sum(self.state, req, flat, True, self.compression.warmup_steps,
                                              self.compression.format.seed, scale=scale)
-                parts = tf.split(total, [C.numel(grads[i].shape) for i in idx])
+                parts = tf.split(total, [policy.numel(grads[i].shape) for i in idx])
                 for i, part in zip(idx, parts):
                     out[i] = tf.cast(tf.reshape(part, grads[i].shape), grads[i].dtype)
             return out
@@ -101,13 +101,6 @@ def shared_state(compression: Q8Compressor, name: str) -> CompressionState:
     """State for reducers rebuilt every step or trace (a gradient tape is made inside the
     training step): shared by equal settings and reducer names, so it outlives them."""
     return _SHARED.setdefault((compression, name), CompressionState())
-
-
-def make_fused_allreduce_grads_fn(name: str, compression: Q8Compressor, sparse_as_dense: bool,
-                                  op, gradient_predivide_factor: float,
-                                  fusion_bytes: int = DEFAULT_FUSION_BYTES) -> FusedReducer:
-    """A new reducer (with its own state) for one optimizer or tape."""
-    return FusedReducer(name, compression, sparse_as_dense, op, gradient_predivide_factor, fusion_bytes)
 
 
 def state_of(wrapped) -> CompressionState:

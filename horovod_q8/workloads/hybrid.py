@@ -157,7 +157,6 @@ def run(args: argparse.Namespace) -> dict:
     """Train and evaluate; return (on every rank) the summary that rank 0 prints."""
     refuse(check_args(args), build_parser)
     import horovod.tensorflow as hvd
-    import numpy as np
     import tensorflow as tf
 
     from horovod_q8.collective import pieces as P
