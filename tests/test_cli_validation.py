@@ -39,6 +39,8 @@ def train_problems(*argv: str) -> list:
     (["--warmup-epochs", "-1"], "--warmup-epochs must be >= 0"),
     (["--seed", "-1"], "--seed must be from 0 to 4294967295"),
     (["--image-size", "0"], "--image-size must be >= 1"),
+    (["--model", "mlp", "--mlp-width", "0"], "--mlp-width must be >= 1"),
+    (["--mlp-width", "512"], "--mlp-width applies only to --model mlp"),
 ])
 def test_train_refuses(argv, message):
     problems = train_problems(*argv)
@@ -52,6 +54,7 @@ def test_train_refuses(argv, message):
     ["--compression", "twobit", "--threshold", "0.1"],
     ["--compression", "q4_threshold", "--threshold", "0.05"],
     ["--epochs", "1", "--steps-per-epoch", "1", "--batch-size", "1", "--lr", "1e-4", "--warmup-epochs", "0"],
+    ["--model", "mlp"], ["--model", "mlp", "--mlp-width", "512"],
 ])
 def test_train_accepts_meaningful_options(argv):
     assert train_problems(*argv) == []
@@ -131,3 +134,13 @@ def test_the_poison_works(no_tensorflow):
     """Control: good options reach the TensorFlow import, so the checks above ran before it."""
     proc = cli(no_tensorflow, "train", "mnist", "--synthetic", "--epochs", "1")
     assert proc.returncode not in (0, 2) and "poisoned: horovod imported" in proc.stderr
+
+
+@pytest.mark.parametrize("dataset,inputs", [("mnist", 784), ("cifar10", 3072)])
+def test_model_mlp_is_the_wide_fully_connected_network(dataset, inputs):
+    args = train.build_parser().parse_args([dataset, "--model", "mlp", "--mlp-width", "64"])
+    model = train.build_model(args, 10)
+    assert [w.shape.as_list() for w in model.trainable_weights] == [
+        [inputs, 64], [64], [64, 64], [64], [64, 10], [10]]
+    default = train.build_model(train.build_parser().parse_args([dataset]), 10)
+    assert default.name != "mlp"

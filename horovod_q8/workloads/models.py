@@ -1,5 +1,6 @@
-"""Models: a CNN for MNIST, ResNet-20 for CIFAR-10, ResNet-50 for ImageNet; and the fully
-connected layers that the model-parallel example splits across ranks."""
+"""Models: a CNN for MNIST, ResNet-20 for CIFAR-10, ResNet-50 for ImageNet, a wide MLP (the
+communication-bound kind Dettmers measured); and the fully connected layers that the
+model-parallel example splits across ranks."""
 from __future__ import annotations
 
 import tensorflow as tf
@@ -52,6 +53,14 @@ def resnet50(classes: int = 1000, input_shape=(224, 224, 3)) -> tf.keras.Model:
     """Keras' ResNet-50, randomly initialised, logits out."""
     return tf.keras.applications.ResNet50(weights=None, input_shape=input_shape, classes=classes,
                                           classifier_activation=None)
+
+
+def mlp(classes: int = 10, input_shape=(28, 28, 1), width: int = 4096, depth: int = 2) -> tf.keras.Model:
+    """`depth` fully connected ReLU layers of `width` units (784-4096-4096-10 is 20M
+    parameters): little compute per byte of gradient, so the network bounds the step."""
+    layers = [L.Input(input_shape), L.Flatten()]
+    layers += [L.Dense(width, activation="relu") for _ in range(depth)]
+    return tf.keras.Sequential(layers + [L.Dense(classes)], name="mlp")
 
 
 MODELS = {"mnist": mnist_cnn, "cifar10": resnet20, "imagenet": resnet50}

@@ -24,6 +24,8 @@ DEFAULTS = {"mnist": dict(batch_size=64, lr=0.02, epochs=3),
             "imagenet": dict(batch_size=64, lr=0.0125, epochs=90)}
 SHAPES = {"mnist": (28, 28, 1), "cifar10": (32, 32, 3)}
 HOROVOD_OWN = ("none", "fp16")
+ARCHITECTURES = ("mlp",)  # `--model`: instead of the dataset's own model
+MLP_WIDTH = 4096  # 784-4096-4096-10: 20M parameters, 80 MB of float32 gradient a step
 SEED_MAX = 2 ** 32 - 1  # numpy's and TensorFlow's seed range
 EPOCH_STRIDE = 1_000_003  # epoch seeds: seed * stride + epoch stays below 2**53 for any seed
 FEEDBACK = {"on": True, "off": False, "auto": None}
@@ -36,6 +38,7 @@ MINIMUMS: Tuple[Tuple[str, float, str], ...] = (
     ("warmup_epochs", 0, ""),
     ("num_classes", 1, ""),
     ("image_size", 1, ""),
+    ("mlp_width", 1, ""),
 )
 
 
@@ -43,6 +46,10 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
     p = parser or argparse.ArgumentParser(prog="horovod-q8 train", description=__doc__)
     p.add_argument("dataset", choices=DATASETS)
     p.add_argument("--compression", default="q8", choices=COMPRESSION_NAMES)
+    p.add_argument("--model", choices=ARCHITECTURES, default=None,
+                   help="instead of the dataset's own model: mlp = wide fully connected layers")
+    p.add_argument("--mlp-width", type=int, default=None,
+                   help=f"units per hidden layer of --model mlp (default {MLP_WIDTH})")
     p.add_argument("--fused", action="store_true", help="bucketed fast path (horovod_q8's optimizer)")
     p.add_argument("--block-size", type=int, default=None, help="elements per scale; 0 = whole tensor")
     p.add_argument("--threshold", type=float, default=None, help="twobit / q4_threshold top level")
@@ -128,7 +135,26 @@ def check_args(args: argparse.Namespace) -> List[str]:
     """Everything wrong with `horovod-q8 train`'s arguments (empty when they make sense)."""
     return (number_problems(args, MINIMUMS)
             + compression_problems(args.compression, args.block_size, args.threshold)
-            + feedback_problems(args.compression, getattr(args, "error_feedback", "auto")))
+            + feedback_problems(args.compression, getattr(args, "error_feedback", "auto"))
+            + model_problems(args))
+
+
+def model_problems(args: argparse.Namespace) -> List[str]:
+    if getattr(args, "mlp_width", None) is not None and getattr(args, "model", None) != "mlp":
+        return ["--mlp-width applies only to --model mlp"]
+    return []
+
+
+def build_model(args: argparse.Namespace, classes: int):
+    """The dataset's own model, or the one `--model` names, for this dataset's input."""
+    from horovod_q8.workloads.models import MODELS, mlp
+
+    shape = SHAPES.get(args.dataset, (args.image_size, args.image_size, 3))
+    if args.model == "mlp":
+        return mlp(classes, shape, args.mlp_width or MLP_WIDTH)
+    if args.dataset == "imagenet":
+        return MODELS["imagenet"](classes, shape)
+    return MODELS[args.dataset](classes)
 
 
 def epoch_seed(seed: int, epoch):
@@ -407,7 +433,6 @@ def run(args: argparse.Namespace) -> dict:
     from horovod_q8.tensorflow import compressor
     from horovod_q8.tensorflow import keras as q8_keras
     from horovod_q8.tensorflow.traffic import bytes_per_step
-    from horovod_q8.workloads.models import MODELS
 
     for k, v in DEFAULTS[args.dataset].items():
         if getattr(args, k) is None:
@@ -421,8 +446,7 @@ def run(args: argparse.Namespace) -> dict:
     loaded = _load_arrays(args, hvd)
     classes, steps = loaded[2], loaded[3]
 
-    model = (MODELS[args.dataset](classes) if args.dataset != "imagenet"
-             else MODELS["imagenet"](classes, (args.image_size, args.image_size, 3)))
+    model = build_model(args, classes)
     comp = compressor(args.compression, **compressor_options(args)) \
         if args.compression not in HOROVOD_OWN else compressor(args.compression)
     scaled_lr = args.lr * hvd.size()
