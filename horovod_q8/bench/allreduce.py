@@ -13,6 +13,9 @@ ALL = ["none", "fp16", "q8", "q8_linear", "q8_mantissa", "q8_static_tree", "q4",
 
 def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
     p = p or argparse.ArgumentParser(prog="horovod-q8 bench allreduce", description=__doc__)
+    p.add_argument("--framework", choices=("tensorflow", "torch"), default="tensorflow",
+                   help="torch: horovod.torch's hvd.allreduce of --elements (bench/torch_allreduce.py)")
+    p.add_argument("--elements", default="25600000", help="--framework torch: comma list of tensor sizes")
     p.add_argument("--sizes-mb", default="1,4,16,64,256", help="float32 tensor sizes in MB")
     p.add_argument("--compressions", default=",".join(ALL))
     p.add_argument("--repeats", type=int, default=5)
@@ -41,6 +44,9 @@ def label(name: str, pipeline_elements: int) -> str:
 
 
 def run(args: argparse.Namespace) -> None:
+    if getattr(args, "framework", "tensorflow") == "torch":
+        from horovod_q8.bench import torch_allreduce
+        return torch_allreduce.run(args)
     import horovod.tensorflow as hvd
     import tensorflow as tf
 

@@ -29,6 +29,9 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("--data-dir", default="auto",
                    help="IDX folder; 'auto': Keras' MNIST if downloadable, else Fashion-MNIST")
     p.add_argument("--stock", action="store_true", help="hvd.DistributedOptimizer instead of the fused path")
+    p.add_argument("--framework", choices=("tensorflow", "torch"), default="tensorflow",
+                   help="torch: `train --framework torch` (hvd.DistributedOptimizer, which builds "
+                        "horovod_q8's fused optimizer for our formats)")
     p.add_argument("--out", default=None, help="folder for the per-run JSON summaries")
     return p
 
@@ -73,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or tempfile.mkdtemp(prefix="horovod_q8_compare_"))
     out.mkdir(parents=True, exist_ok=True)
     print(f"# horovod-q8 compare: {args.np} processes, {dataset}, {args.epochs} epochs, "
-          f"{'stock' if args.stock else 'fused'} optimizer\n# {machine()}", flush=True)
+          f"{'stock' if args.stock else 'fused'} optimizer, {args.framework}\n# {machine()}", flush=True)
     results = []
     for name in args.compressions.split(","):
         summary = out / f"{name}.json"
@@ -82,7 +85,10 @@ def run(args: argparse.Namespace) -> int:
                "--epochs", str(args.epochs), "--seed", str(args.seed), "--verbose", "2",
                "--results-json", str(summary)]
         cmd += [] if data_dir is None else ["--data-dir", data_dir]
-        cmd += [] if args.stock else ["--fused"]
+        if args.framework == "torch":
+            cmd += ["--framework", "torch"]
+        elif not args.stock:
+            cmd += ["--fused"]
         print(f"\n$ {' '.join(cmd)}", flush=True)
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

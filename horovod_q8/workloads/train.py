@@ -19,6 +19,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 from horovod_q8.formats import CODEBOOK, COMPRESSION_NAMES, get, names
 
 DATASETS = ("mnist", "cifar10", "imagenet")
+FRAMEWORKS = ("tensorflow", "torch")
 DEFAULTS = {"mnist": dict(batch_size=64, lr=0.02, epochs=3),
             "cifar10": dict(batch_size=128, lr=0.05, epochs=30),
             "imagenet": dict(batch_size=64, lr=0.0125, epochs=90)}
@@ -45,6 +46,8 @@ MINIMUMS: Tuple[Tuple[str, float, str], ...] = (
 def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
     p = parser or argparse.ArgumentParser(prog="horovod-q8 train", description=__doc__)
     p.add_argument("dataset", choices=DATASETS)
+    p.add_argument("--framework", choices=FRAMEWORKS, default="tensorflow",
+                   help="torch: horovod.torch (mnist only; workloads/torch_train.py)")
     p.add_argument("--compression", default="q8", choices=COMPRESSION_NAMES)
     p.add_argument("--model", choices=ARCHITECTURES, default=None,
                    help="instead of the dataset's own model: mlp = wide fully connected layers")
@@ -425,6 +428,9 @@ def _threads(tf, hvd) -> None:
 
 def run(args: argparse.Namespace) -> dict:
     """Train; return (on every rank) the summary that rank 0 prints."""
+    if getattr(args, "framework", "tensorflow") == "torch":
+        from horovod_q8.workloads import torch_train
+        return torch_train.run(args)
     refuse(check_args(args), build_parser)
     import horovod.tensorflow.keras as hvd
     import tensorflow as tf
