@@ -41,6 +41,8 @@ def train_problems(*argv: str) -> list:
     (["--image-size", "0"], "--image-size must be >= 1"),
     (["--model", "mlp", "--mlp-width", "0"], "--mlp-width must be >= 1"),
     (["--mlp-width", "512"], "--mlp-width applies only to --model mlp"),
+    (["--pipeline-elements", "-1"], "--pipeline-elements must be >= 0"),
+    (["--compression", "fp16", "--pipeline-elements", "4"], "--pipeline-elements does not apply to --compression fp16"),
 ])
 def test_train_refuses(argv, message):
     problems = train_problems(*argv)
@@ -54,7 +56,7 @@ def test_train_refuses(argv, message):
     ["--compression", "twobit", "--threshold", "0.1"],
     ["--compression", "q4_threshold", "--threshold", "0.05"],
     ["--epochs", "1", "--steps-per-epoch", "1", "--batch-size", "1", "--lr", "1e-4", "--warmup-epochs", "0"],
-    ["--model", "mlp"], ["--model", "mlp", "--mlp-width", "512"],
+    ["--model", "mlp"], ["--model", "mlp", "--mlp-width", "512"], ["--pipeline-elements", "4194304"],
 ])
 def test_train_accepts_meaningful_options(argv):
     assert train_problems(*argv) == []

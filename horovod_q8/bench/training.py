@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,7 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("--batch-size", type=int, default=16, help="per rank")
     p.add_argument("--steps-per-epoch", type=int, default=20)
     p.add_argument("--epochs", type=int, default=2, help="images/s is taken after the first 2 batches")
+    p.add_argument("--pipeline-elements", type=int, default=None, help="passed to train for q-formats")
     p.add_argument("--real-data", action="store_true", help="the dataset's files instead of --synthetic")
     p.add_argument("--stock", action="store_true",
                    help="no --fused: hvd.DistributedOptimizer(opt, compression=...) as users write it")
@@ -58,6 +60,8 @@ def train_command(args: argparse.Namespace, compression: str, summary: Path) -> 
            "--epochs", str(args.epochs), "--warmup-epochs", "0", "--verbose", "0",
            "--results-json", str(summary)]
     cmd += [] if args.mlp_width is None else ["--mlp-width", str(args.mlp_width)]
+    if args.pipeline_elements is not None and compression not in ("none", "fp16"):
+        cmd += ["--pipeline-elements", str(args.pipeline_elements)]
     cmd += [] if args.real_data else ["--synthetic"]
     cmd += [] if args.stock or compression in ("none", "fp16") else ["--fused"]
     return cmd
@@ -73,18 +77,38 @@ def launch(args: argparse.Namespace, ranks: int, job: List[str]) -> List[str]:
     return [horovodrun, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo", *job]
 
 
+def cpu_ticks() -> List[int]:
+    """(busy, total) clock ticks of the whole machine so far, from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return [sum(fields) - idle, sum(fields)]
+
+
+def compute_only_prefix(args: argparse.Namespace) -> List[str]:
+    """The one-rank run gets the cores one rank of the job gets (the job's ranks share this
+    machine), else its compute would look faster than any rank's in the job."""
+    cores = os.cpu_count() or 1
+    per_rank = max(1, cores // args.ranks)
+    return ["taskset", "-c", f"0-{per_rank - 1}"] if per_rank < cores and shutil.which("taskset") else []
+
+
 def one_run(args: argparse.Namespace, compression: str, ranks: int, out: Path) -> Dict:
     summary = out / f"{compression}_{ranks}.json"
     cmd = launch(args, ranks, train_command(args, compression, summary))
+    cmd = compute_only_prefix(args) + cmd if ranks == 1 else cmd
     print(f"$ {' '.join(cmd)}", flush=True)
+    before = cpu_ticks()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=args.timeout + 120)
+    after = cpu_ticks()
     lines = [l for l in proc.stdout.splitlines() if "SUMMARY" in l]
     print("\n".join("  " + l for l in lines), flush=True)
     if proc.returncode != 0 or not summary.exists():
         sys.stderr.write(proc.stdout[-4000:])
         raise SystemExit(f"training with {compression} on {ranks} ranks failed (exit {proc.returncode})")
-    return json.loads(summary.read_text())
+    result = json.loads(summary.read_text())
+    result["machine_busy"] = (after[0] - before[0]) / max(1, after[1] - before[1])
+    return result
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,11 +133,12 @@ def run(args: argparse.Namespace) -> int:
         comm = "" if compute_ms is None else f"{max(0.0, 1 - compute_ms / step_ms[name]):.0%}"
         rows.append([name, f"{r['steady_images_per_s']:.1f}", f"{step_ms[name]:.0f}", comm,
                      f"{r['bytes_per_step'] / 1e6:.1f}", f"{ratio['fp16']:.2f}", f"{ratio['none']:.2f}",
-                     f"{100 * r['test_accuracy']:.1f}"])
+                     f"{100 * r['test_accuracy']:.1f}", f"{r['machine_busy']:.0%}"])
     if compute_ms is not None:
-        print(f"\ncompute only (1 rank, nothing sent): {compute_ms:.0f} ms per step", flush=True)
+        print(f"\ncompute only (1 rank on {os.cpu_count() and max(1, os.cpu_count() // args.ranks)} "
+              f"of {os.cpu_count()} cores, nothing sent): {compute_ms:.0f} ms per step", flush=True)
     print("\n" + markdown(["compression", "images/s", "step ms", "not compute", "MB sent/rank/step",
-                           "vs fp16", "vs fp32", "test acc %"], rows), flush=True)
-    print("\nimages/s: steady state, after the first 2 batches; not compute: 1 - compute-only step / step",
-          flush=True)
+                           "vs fp16", "vs fp32", "test acc %", "machine busy"], rows), flush=True)
+    print("\nimages/s: steady state, after the first 2 batches; not compute: 1 - compute-only step / step; "
+          "machine busy: all cores, the whole run (start-up included), from /proc/stat", flush=True)
     return 0

@@ -40,6 +40,7 @@ MINIMUMS: Tuple[Tuple[str, float, str], ...] = (
     ("num_classes", 1, ""),
     ("image_size", 1, ""),
     ("mlp_width", 1, ""),
+    ("pipeline_elements", 0, "0 sends every bucket whole"),
 )
 
 
@@ -59,6 +60,9 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
     p.add_argument("--error-feedback", choices=tuple(FEEDBACK), default="auto",
                    help="keep what quantization dropped for the next step (auto: on for twobit "
                         "and q4_threshold, off for the codebook formats)")
+    p.add_argument("--pipeline-elements", type=int, default=None,
+                   help="send larger buckets as pieces of this many elements, so one piece's codec "
+                        "overlaps another's transfer (default 0: whole)")
     p.add_argument("--epochs", type=int)
     p.add_argument("--batch-size", type=int, help="per rank")
     p.add_argument("--lr", type=float, help="per rank; scaled by the number of ranks")
@@ -143,9 +147,13 @@ def check_args(args: argparse.Namespace) -> List[str]:
 
 
 def model_problems(args: argparse.Namespace) -> List[str]:
+    problems = []
     if getattr(args, "mlp_width", None) is not None and getattr(args, "model", None) != "mlp":
-        return ["--mlp-width applies only to --model mlp"]
-    return []
+        problems.append("--mlp-width applies only to --model mlp")
+    if getattr(args, "pipeline_elements", None) is not None and args.compression in HOROVOD_OWN:
+        problems.append(f"--pipeline-elements does not apply to --compression {args.compression} "
+                        "(Horovod's own)")
+    return problems
 
 
 def build_model(args: argparse.Namespace, classes: int):
@@ -521,6 +529,8 @@ def compressor_options(args: argparse.Namespace) -> dict:
     options = {"block_size": args.block_size} if args.block_size is not None else {}
     if args.threshold is not None:
         options["threshold"] = args.threshold
+    if getattr(args, "pipeline_elements", None) is not None:
+        options["pipeline_elements"] = args.pipeline_elements
     feedback = FEEDBACK[getattr(args, "error_feedback", "auto")]
     if feedback is not None:
         options["error_feedback"] = feedback
