@@ -41,10 +41,30 @@ def test_refusals_come_before_torch_and_horovod(tmp_path):
 
 
 def test_warmup_lr_is_horovods():
-    assert torch_train.warmup_lr(0.04, 2, 1, 0, 0, 100) == pytest.approx(0.02)
-    assert torch_train.warmup_lr(0.04, 2, 1, 0, 50, 100) == pytest.approx(0.03)
+    # LearningRateWarmupCallback: multiplier(epoch + batch / steps), which adds 1 / steps
+    assert torch_train.warmup_lr(0.04, 2, 1, 0, 0, 100) == pytest.approx(0.0202)
+    assert torch_train.warmup_lr(0.04, 2, 1, 0, 50, 100) == pytest.approx(0.0302)
+    assert torch_train.warmup_lr(0.04, 2, 1, 0, 99, 100) == pytest.approx(0.04)
+    assert torch_train.warmup_lr(0.04, 4, 2, 1, 0, 10) == pytest.approx(0.01 * (1.1 * 3 / 2 + 1))
     assert torch_train.warmup_lr(0.04, 2, 1, 1, 0, 100) == pytest.approx(0.04)
     assert torch_train.warmup_lr(0.04, 2, 0, 0, 0, 100) == pytest.approx(0.04)
+
+
+def test_keras_sgd_is_keras_momentum_under_a_changing_lr():
+    """v = m v - lr g; w += v, with the LR of each step on that step's gradient only."""
+    torch = pytest.importorskip("torch")
+    from horovod_q8.workloads.torch_sgd import KerasSGD
+
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = KerasSGD([w], lr=0.1, momentum=0.9)
+    v, ref = torch.zeros(2), torch.tensor([1.0, -2.0])
+    for lr, g in [(0.1, [1.0, 2.0]), (0.2, [0.5, -1.0]), (0.4, [-1.0, 0.25])]:
+        opt.param_groups[0]["lr"] = lr
+        w.grad = torch.tensor(g)
+        opt.step()
+        v = 0.9 * v - lr * torch.tensor(g)
+        ref = ref + v
+    assert torch.allclose(w.detach(), ref) and torch.allclose(opt.state[w]["velocity"], v)
 
 
 def _train(tmp_path, launcher: list, compression: str, epochs: int = 3) -> tuple:

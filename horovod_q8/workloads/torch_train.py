@@ -44,11 +44,12 @@ def mnist_cnn(classes: int = 10):
 
 
 def warmup_lr(scaled_lr: float, size: int, warmup_epochs: int, epoch: int, batch: int, steps: int) -> float:
-    """Horovod's LearningRateWarmupCallback: scaled_lr / size rising linearly to scaled_lr
-    over `warmup_epochs` (per batch), then scaled_lr."""
+    """Horovod's LearningRateWarmupCallback (momentum_correction=False): before batch `batch`,
+    scaled_lr / size * (e * (size - 1) / warmup_epochs + 1) with e = epoch + (batch + 1) / steps
+    (Horovod's 1/steps shift: the warm-up's last batch runs at scaled_lr), then scaled_lr."""
     if epoch >= warmup_epochs:
         return scaled_lr
-    frac = epoch + batch / steps
+    frac = epoch + (batch + 1) / steps
     return scaled_lr / size * (frac * (size - 1) / warmup_epochs + 1)
 
 
@@ -85,6 +86,7 @@ def run(args: argparse.Namespace) -> dict:
     from horovod_q8.torch import Q8Compressor
     from horovod_q8.torch.optimizer import DEFAULT_FUSION_BYTES
     from horovod_q8.workloads import datasets as D
+    from horovod_q8.workloads.torch_sgd import KerasSGD
 
     for k, v in T.DEFAULTS[args.dataset].items():
         if getattr(args, k) is None:
@@ -106,7 +108,9 @@ def run(args: argparse.Namespace) -> dict:
     model = mnist_cnn(data.classes)
     comp = make_compression(args)
     scaled_lr = args.lr * hvd.size()
-    opt = torch.optim.SGD(model.parameters(), lr=scaled_lr, momentum=0.9)
+    # Keras' momentum (v = 0.9 v - lr g; w += v), not torch.optim.SGD's: they differ while the
+    # warm-up changes the LR.
+    opt = KerasSGD(model.parameters(), lr=scaled_lr, momentum=0.9)
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), compression=comp)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
