@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from horovod_q8.formats import COMPRESSION_NAMES
-from horovod_q8.workloads.train import ARCHITECTURES, DATASETS, number_problems, refuse
+from horovod_q8.workloads.compare import horovodrun
+from horovod_q8.workloads.train import ARCHITECTURES, DATASETS, HOROVOD_OWN, number_problems, refuse
 
 MINIMUMS = (("ranks", 2, "one rank sends nothing"), ("batch_size", 1, ""), ("steps_per_epoch", 3, ""),
             ("epochs", 1, ""))
@@ -60,10 +61,10 @@ def train_command(args: argparse.Namespace, compression: str, summary: Path) -> 
            "--epochs", str(args.epochs), "--warmup-epochs", "0", "--verbose", "0",
            "--results-json", str(summary)]
     cmd += [] if args.mlp_width is None else ["--mlp-width", str(args.mlp_width)]
-    if args.pipeline_elements is not None and compression not in ("none", "fp16"):
+    if args.pipeline_elements is not None and compression not in HOROVOD_OWN:
         cmd += ["--pipeline-elements", str(args.pipeline_elements)]
     cmd += [] if args.real_data else ["--synthetic"]
-    cmd += [] if args.stock or compression in ("none", "fp16") else ["--fused"]
+    cmd += [] if args.stock or compression in HOROVOD_OWN else ["--fused"]
     return cmd
 
 
@@ -73,8 +74,7 @@ def launch(args: argparse.Namespace, ranks: int, job: List[str]) -> List[str]:
     if args.hosts and ranks > 1:
         return [sys.executable, "-m", "horovod_q8.cli", "cluster", "--hosts", str(ranks),
                 "--bandwidth", args.bandwidth, "--timeout", str(args.timeout), "--", *job]
-    horovodrun = str(bin_dir / "horovodrun") if (bin_dir / "horovodrun").exists() else shutil.which("horovodrun")
-    return [horovodrun, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo", *job]
+    return [horovodrun(), "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo", *job]
 
 
 def cpu_ticks() -> List[int]:
@@ -84,11 +84,14 @@ def cpu_ticks() -> List[int]:
     return [sum(fields) - idle, sum(fields)]
 
 
+def cores_per_rank(args: argparse.Namespace) -> int:
+    return max(1, (os.cpu_count() or 1) // args.ranks)
+
+
 def compute_only_prefix(args: argparse.Namespace) -> List[str]:
     """The one-rank run gets the cores one rank of the job gets (the job's ranks share this
     machine), else its compute would look faster than any rank's in the job."""
-    cores = os.cpu_count() or 1
-    per_rank = max(1, cores // args.ranks)
+    cores, per_rank = os.cpu_count() or 1, cores_per_rank(args)
     return ["taskset", "-c", f"0-{per_rank - 1}"] if per_rank < cores and shutil.which("taskset") else []
 
 
@@ -135,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
                      f"{r['bytes_per_step'] / 1e6:.1f}", f"{ratio['fp16']:.2f}", f"{ratio['none']:.2f}",
                      f"{100 * r['test_accuracy']:.1f}", f"{r['machine_busy']:.0%}"])
     if compute_ms is not None:
-        print(f"\ncompute only (1 rank on {os.cpu_count() and max(1, os.cpu_count() // args.ranks)} "
+        print(f"\ncompute only (1 rank on {cores_per_rank(args)} "
               f"of {os.cpu_count()} cores, nothing sent): {compute_ms:.0f} ms per step", flush=True)
     print("\n" + markdown(["compression", "images/s", "step ms", "not compute", "MB sent/rank/step",
                            "vs fp16", "vs fp32", "test acc %", "machine busy"], rows), flush=True)

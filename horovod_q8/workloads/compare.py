@@ -57,7 +57,8 @@ def _mnist_downloadable() -> bool:
         return False
 
 
-def _horovodrun() -> str:
+def horovodrun() -> str:
+    """This interpreter's horovodrun (the venv's), else the one on PATH."""
     here = Path(sys.executable).parent / "horovodrun"
     return str(here) if here.exists() else (shutil.which("horovodrun") or "horovodrun")
 
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for name in args.compressions.split(","):
         summary = out / f"{name}.json"
-        cmd = [_horovodrun(), "-np", str(args.np), "-H", f"localhost:{args.np}", "--gloo",
+        cmd = [horovodrun(), "-np", str(args.np), "-H", f"localhost:{args.np}", "--gloo",
                sys.executable, "-m", "horovod_q8.workloads.train", "mnist", "--compression", name,
                "--epochs", str(args.epochs), "--seed", str(args.seed), "--verbose", "2",
                "--results-json", str(summary)]
