@@ -74,7 +74,7 @@ def test_torch_cuda_tensors_reach_the_kernels_without_copies(cp):
     assert all(np.array_equal(ref[0], cp.asnumpy(g)) for g in got)
 
 
-def test_ddp_path_on_one_nccl_rank(cp, tmp_path):
+def test_ddp_path_on_one_nccl_rank(cp):
     """The DDP hook's transport on CUDA: all_to_all_single and all_gather_into_tensor of uint8
     on NCCL, buffers from torch's allocator, kernels on torch's stream (one rank: one GPU)."""
     torch = pytest.importorskip("torch")
@@ -84,7 +84,7 @@ def test_ddp_path_on_one_nccl_rank(cp, tmp_path):
     if not dist.is_nccl_available():
         pytest.skip("this torch has no NCCL")
     torch.cuda.set_device(0)
-    dist.init_process_group("nccl", init_method=f"file://{tmp_path / 'rdv'}", rank=0, world_size=1)
+    dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)  # FileStore: pytorch#31467
     try:
         for schedule in ("two_phase", "allgather"):
             state = Q8HookState("q8", min_size=0, schedule=schedule)

@@ -8,6 +8,7 @@ the process group's timeout.
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import hashlib
 import os
 import sys
@@ -182,6 +183,8 @@ CHECKS = {f.__name__[len("check_"):]: f for f in (
 
 
 def worker(rank: int, size: int, init_file: str, checks: list) -> None:
+    # A rank stuck anywhere prints its stacks and ends instead of waiting for the test's timeout.
+    faulthandler.dump_traceback_later(300, exit=True)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=120))
     torch.set_num_threads(1)
@@ -189,10 +192,18 @@ def worker(rank: int, size: int, init_file: str, checks: list) -> None:
         for name in checks:
             CHECKS[name]()
             dist.barrier()
-        if rank == 0:
-            print(f"OK {size} ranks: {' '.join(checks)}", flush=True)
-    finally:
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    if rank == 0:
+        print(f"OK {size} ranks: {' '.join(checks)}", flush=True)
+    # Not destroy_process_group(): in torch 2.0.1 it can deadlock (seen 1 run in 12 here): it
+    # joins Gloo's worker threads holding the GIL while a worker frees a finished allgather
+    # whose tensor has a Python object, which needs the GIL (ProcessGroupGloo::~ProcessGroupGloo
+    # waiting in std::thread::join, the worker in gil_scoped_acquire). Every check is done.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def main(argv: list) -> None:
