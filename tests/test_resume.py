@@ -118,13 +118,8 @@ tf.train.Checkpoint(state=state).write({str(ckpt / 'compression_state' / 'rank1-
     assert "holds error-feedback residuals, which are per rank" in out and "rank0-of-1" in out, out[-3000:]
 
 
-PER_TENSOR_LEAK = pytest.mark.xfail(strict=True, reason=(
-    "Horovod caches the per-tensor reducer on (name, compression, ...) and Q8Compressor compares "
-    "by value with state excluded, so B's optimizer reuses A's compressor and its state"))
-
-
 @pytest.mark.parallel
-@pytest.mark.parametrize("path", ["fused", pytest.param("per-tensor", marks=PER_TENSOR_LEAK)])
+@pytest.mark.parametrize("path", ["fused", "per-tensor"])
 def test_no_state_leaks_between_models(path, tmp_path):
     """Model B's weights after each of its steps are the same whether or not model A (equal
     architecture, names and settings) trained before it in the same process."""

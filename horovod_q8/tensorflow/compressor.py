@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import logging
 import os
 import sys
@@ -32,6 +33,7 @@ _CHECKED: set = set()
 _TENSOR_STATES: dict = {}  # setting -> the per-tensor path's CompressionState
 _LOG = logging.getLogger("horovod_q8")
 _TOLD: set = set()
+_OWNERS = itertools.count(1)
 
 
 class ConfigMismatchError(ValueError):
@@ -44,10 +46,13 @@ class ConfigMismatchError(ValueError):
 class Q8Compressor(Setting):
     """A `Setting` as a Horovod compressor. `state` holds the residuals and step counters of
     the per-tensor path (`hvd.allreduce(t, compression=...)`), shared by equal settings;
-    optimizers and tapes get their own state through the fused reducer. `fresh()` is the same
-    setting with state of its own."""
+    optimizers get their own state through their reducer. `fresh()` is the same setting with
+    state of its own."""
 
     state: Any = field(default=None, compare=False, repr=False)
+    # Compared and hashed: Horovod caches its per-tensor reducer on the compressor's value, so
+    # a fresh() copy must not be equal to the setting it came from (0: the shared one).
+    owner: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -59,8 +64,9 @@ class Q8Compressor(Setting):
                 "horovod_q8_tensor_state")))
 
     def fresh(self) -> "Q8Compressor":
-        """The same setting with per-tensor state of its own."""
-        return dataclasses.replace(self, state=CompressionState("horovod_q8_tensor_state"))
+        """The same setting with per-tensor state of its own (and an identity of its own)."""
+        return dataclasses.replace(self, state=CompressionState("horovod_q8_tensor_state"),
+                                   owner=next(_OWNERS))
 
     def decision(self, tensor: tf.Tensor) -> policy.Decision:
         """Static decision, identical on every rank: dtype, size, shape and N only."""

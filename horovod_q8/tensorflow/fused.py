@@ -105,8 +105,8 @@ def shared_state(compression: Q8Compressor, name: str) -> CompressionState:
 
 def state_of(wrapped) -> CompressionState:
     """The CompressionState of a horovod_q8-reduced optimizer or tape (to checkpoint it)."""
-    reducer = getattr(wrapped, "_allreduce_grads", None)
-    if not isinstance(reducer, FusedReducer):
+    state = getattr(getattr(wrapped, "_allreduce_grads", None), "state", None)
+    if not isinstance(state, CompressionState):
         raise TypeError(f"{type(wrapped).__name__} does not reduce through horovod_q8 "
                         "(build it with compression=a horovod_q8 compressor)")
-    return reducer.state
+    return state

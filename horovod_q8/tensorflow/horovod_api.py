@@ -51,10 +51,19 @@ def _make(name, device_dense, device_sparse, compression, sparse_as_dense, op,
     from horovod_q8.tensorflow.compressor import Q8Compressor
     from horovod_q8.tensorflow.fused import DEFAULT_FUSION_BYTES, FusedReducer, shared_state
 
-    if not isinstance(compression, Q8Compressor) or getattr(_local, "off", False) \
-            or os.environ.get("HOROVOD_Q8_FUSED", "1") == "0":
-        return _original(name, device_dense, device_sparse, compression, sparse_as_dense, op,
+    def horovods_own(comp):
+        return _original(name, device_dense, device_sparse, comp, sparse_as_dense, op,
                          gradient_predivide_factor, groups, process_set)
+
+    # A tape is rebuilt every step (often inside the traced step): its state cannot be its own.
+    transient = name == TAPE_NAME or not tf.executing_eagerly()
+    if not isinstance(compression, Q8Compressor):
+        return horovods_own(compression)
+    if getattr(_local, "off", False) or os.environ.get("HOROVOD_Q8_FUSED", "1") == "0":
+        if transient:
+            return horovods_own(compression)
+        own = compression.fresh()
+        return PerTensorReducer(horovods_own(own), own.state)
     refused = []
     if device_dense or device_sparse:
         refused.append("device_dense/device_sparse (horovod_q8 places its collectives itself; "
@@ -67,11 +76,22 @@ def _make(name, device_dense, device_sparse, compression, sparse_as_dense, op,
                        "global process set or hvd.Compression.fp16 for a subset)")
     if refused:
         raise ValueError("horovod_q8 compression cannot honour " + "; ".join(refused))
-    # A tape is rebuilt every step (often inside the traced step): its state cannot be its own.
-    transient = name == TAPE_NAME or not tf.executing_eagerly()
     return FusedReducer(name, compression, sparse_as_dense, op, gradient_predivide_factor,
                         getattr(_local, "fusion_bytes", DEFAULT_FUSION_BYTES),
                         shared_state(compression, name) if transient else None)
+
+
+class PerTensorReducer(tf.Module):
+    """Horovod's own per-tensor reducer, called with a compressor whose state this optimizer
+    owns (tracked by the optimizer, so its checkpoint saves the state)."""
+
+    def __init__(self, allreduce_grads, state) -> None:
+        super().__init__(name="horovod_q8_per_tensor_reducer")
+        self._allreduce_grads = allreduce_grads
+        self.state = state
+
+    def __call__(self, grads, vars=None, use_generic_names=False):
+        return self._allreduce_grads(grads, vars, use_generic_names)
 
 
 def install() -> bool:
