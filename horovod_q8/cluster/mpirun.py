@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import IO, List, Optional, Sequence
 
-from horovod_q8.cluster.netns import Cluster, ClusterError
+from horovod_q8.cluster.netns import HOST_IFACE, Cluster, ClusterError
 
 # OpenMPI's tuned ring allreduce: its default choice took twice as long on these links. The
 # compressed schedule's collectives: a ring allgatherv (a Sendrecv ring moved 0.90 Gbit/s per
@@ -98,6 +98,8 @@ def run_job(cluster: Cluster, command: Sequence[str], slots: int = 1, ring: bool
         with cluster, tempfile.TemporaryDirectory(prefix="hq8-cluster-") as tmp:
             agent = write_agent(cluster, tmp)
             env = job_environment(cluster.hosts * slots)
+            # for jobs that rendezvous without MPI (torch.distributed): host 0 and its device
+            env.update(HOROVOD_Q8_HOST0=cluster.addresses[0], HOROVOD_Q8_IFACE=HOST_IFACE)
             cmd = mpirun_command(cluster, agent, command, slots, ring, env)
             try:
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
+HOST_IFACE = "eth0"  # each host's end of its link
 PREFIX = "hq8-"
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
@@ -154,13 +155,13 @@ class Cluster:
             ns = self.namespace(i)
             _ip("netns", "add", ns)
             self._made.append(ns)
-            _ip("link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", f"p{i}", "netns", sw)
+            _ip("link", "add", HOST_IFACE, "netns", ns, "type", "veth", "peer", "name", f"p{i}", "netns", sw)
             _ip("-n", sw, "link", "set", f"p{i}", "master", "br0")
             _ip("-n", sw, "link", "set", f"p{i}", "up")
-            _ip("-n", ns, "addr", "add", f"{self.address(i)}/{prefix}", "dev", "eth0")
-            _ip("-n", ns, "link", "set", "eth0", "up")
+            _ip("-n", ns, "addr", "add", f"{self.address(i)}/{prefix}", "dev", HOST_IFACE)
+            _ip("-n", ns, "link", "set", HOST_IFACE, "up")
             _ip("-n", ns, "link", "set", "lo", "up")
-            self._shape(ns, "eth0")      # host -> switch: what the host sends
+            self._shape(ns, HOST_IFACE)      # host -> switch: what the host sends
             self._shape(sw, f"p{i}")     # switch -> host: what the host receives
 
     def _shape(self, ns: str, dev: str) -> None:

@@ -62,9 +62,6 @@ def compressed_sum(t: Transport, req: Request, flat: Any, residuals: Optional[Re
     sizes = [p.n for p in plans]
     xs = [flat] if len(plans) == 1 else t.split(flat, sizes)
     keys = [req.key] if len(plans) == 1 else [f"{req.key}.part{k}" for k in range(len(plans))]
-    out = t.result_buffer(f"{req.key}.out", req.n)
-    starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
-    dst = [None if out is None else out[starts[k]:starts[k + 1]] for k in range(len(plans))]
     fb = req.error_feedback
     extra = [] if scale is None else [scale]
 
@@ -79,9 +76,8 @@ def compressed_sum(t: Transport, req: Request, flat: Any, residuals: Optional[Re
                 for i, (p, x, k) in enumerate(zip(plans, xs, keys))]
         gathered = [t.allgatherv(s, p.gathered_sizes, f"{k}.allgather")
                     for p, s, k in zip(plans, sent, keys)]
-        totals = [t.local("q8_sum", _sum_gathered(t, p, k, d), [g, *extra], (p.n, np.float32))
-                  for p, g, k, d in zip(plans, gathered, keys, dst)]
-        return t.concat(totals, out)
+        return t.finish("q8_sum", [(_sum_into(p), [g, *extra]) for p, g in zip(plans, gathered)], sizes,
+                        req.key)
 
     sent = [t.local("q8_encode_chunks", _encode_chunks(t, p, k, fb), [x],
                     (sum(p.send_splits), np.uint8), state(f"{k}/residual", p.n), seed_of(i))
@@ -95,9 +91,8 @@ def compressed_sum(t: Transport, req: Request, flat: Any, residuals: Optional[Re
                             (p.fmt.nbytes(n_mine), np.uint8), state(f"{k}/server_residual", n_mine),
                             seed_of(i)))
     gathered = [t.allgatherv(m, p.gathered_sizes, f"{k}.allgather") for p, m, k in zip(plans, mine, keys)]
-    totals = [t.local("q8_decode", _decode_gathered(t, p, k, d), [g, *extra], (p.n, np.float32))
-              for p, g, k, d in zip(plans, gathered, keys, dst)]
-    return t.concat(totals, out)
+    return t.finish("q8_decode", [(_decode_into(p), [g, *extra]) for p, g in zip(plans, gathered)], sizes,
+                    req.key)
 
 
 # The local steps, bound to their plan and to the transport's reused buffers.
@@ -118,22 +113,12 @@ def _reduce_chunk(t: Transport, p: P.Plan, key: str, fb: bool) -> Callable:
                                           out=t.buffer(f"{key}.reduced", p.fmt.nbytes(n_mine), np.uint8))
 
 
-def _sum_gathered(t: Transport, p: P.Plan, key: str, dst) -> Callable:
-    return lambda g, *sc_r_s: P.sum_gathered(p, g, out=_total(t, p, key, dst), scale=_scale(sc_r_s))
+def _sum_into(p: P.Plan) -> Callable:
+    return lambda out, g, *scale: P.sum_gathered(p, g, out=out, scale=float(scale[0]) if scale else 1.0)
 
 
-def _decode_gathered(t: Transport, p: P.Plan, key: str, dst) -> Callable:
-    return lambda g, *sc_r_s: P.decode_gathered(p, g, out=_total(t, p, key, dst), scale=_scale(sc_r_s))
-
-
-def _scale(extra_residual_seed: tuple) -> float:
-    """The scale input of a final step: (scale, residual, seed) or just (residual, seed)."""
-    return float(extra_residual_seed[0]) if len(extra_residual_seed) == 3 else 1.0
-
-
-def _total(t: Transport, p: P.Plan, key: str, dst):
-    """Where a piece's float32 sum goes: its slice of the result, or a buffer of the transport."""
-    return dst if dst is not None else t.buffer(f"{key}.total", p.n, np.float32)
+def _decode_into(p: P.Plan) -> Callable:
+    return lambda out, g, *scale: P.decode_gathered(p, g, out=out, scale=float(scale[0]) if scale else 1.0)
 
 
 def bytes_sent(req: Request, size: int, rank: int = 0) -> int:

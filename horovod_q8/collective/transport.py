@@ -43,14 +43,14 @@ class Transport(Protocol):
     def split(self, flat: Any, sizes: Sequence[int]) -> list:
         """Consecutive pieces of a flat tensor."""
 
-    def concat(self, parts: Sequence, out: Any) -> Any:
-        """The pieces joined; `out` is the buffer they were written into, when there is one."""
+    def finish(self, label: str, steps: Sequence[Tuple[Callable, Sequence]], sizes: Sequence[int],
+               key: str) -> Any:
+        """The float32 result: steps[k] = (fn, inputs) is piece k's last local step, which
+        writes its sizes[k] elements by fn(out, *inputs) (out: where they go, or None: fn
+        allocates); the pieces lie one after another."""
 
     def buffer(self, key: str, size: int, dtype) -> Optional[np.ndarray]:
         """An output buffer for a local step (called when the step runs), or None."""
-
-    def result_buffer(self, key: str, n: int) -> Optional[np.ndarray]:
-        """float32 buffer for the whole result, shared by the pieces (called at build time), or None."""
 
 
 class ArrayResiduals:
@@ -98,7 +98,21 @@ class ArrayTransport:
         starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
         return [flat[starts[k]:starts[k + 1]] for k in range(len(sizes))]
 
+    def finish(self, label: str, steps: Sequence[Tuple[Callable, Sequence]], sizes: Sequence[int],
+               key: str) -> Any:
+        # One persistent result buffer that every piece writes its slice of (no join); without
+        # buffers each piece allocates (on its array's device) and the pieces are joined.
+        out = self.buffer(f"{key}.out", sum(sizes), np.float32)
+        starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+        parts = []
+        for k, (fn, inputs) in enumerate(steps):
+            dst = out[starts[k]:starts[k + 1]] if out is not None else None
+            parts.append(self.local(label, lambda *a, fn=fn, dst=dst: fn(dst, *a[:-2]), inputs,
+                                    (sizes[k], np.float32)))
+        return self.concat(parts, out)
+
     def concat(self, parts: Sequence, out):
+        """The pieces joined; `out` is the buffer they were written into, when there is one."""
         parts = [wait(p) for p in parts]
         if out is not None:
             return out  # every piece was decoded into its slice of out
@@ -106,9 +120,6 @@ class ArrayTransport:
 
     def buffer(self, key: str, size: int, dtype) -> Optional[np.ndarray]:
         return None if self.buffers is None else self.buffers(key, size, dtype)
-
-    def result_buffer(self, key: str, n: int) -> Optional[np.ndarray]:
-        return self.buffer(key, n, np.float32)
 
 
 ALIGN_BYTES = 64

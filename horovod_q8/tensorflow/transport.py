@@ -1,13 +1,16 @@
 """The engine's transport in TensorFlow: local steps as host calls, bytes through Horovod's
-`alltoall` / `allgather` (collectives that never add), pieces through tf.split / tf.concat."""
+`alltoall` / `allgather` (collectives that never add), pieces through tf.split and a chain
+of host calls that fill one result."""
 from __future__ import annotations
 
+import weakref
 from typing import Callable, Optional, Sequence
 
 import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
+from horovod_q8.collective import pieces
 from horovod_q8.collective.transport import aligned_empty
 from horovod_q8.tensorflow.bridge import host_call
 
@@ -54,13 +57,40 @@ class HorovodTransport:
     def split(self, flat, sizes):
         return tf.split(flat, list(sizes))
 
-    def concat(self, parts, out):
-        return parts[0] if len(parts) == 1 else tf.concat(list(parts), axis=0)
+    def finish(self, label, steps, sizes, key):
+        if len(steps) == 1:
+            (fn, inputs), = steps
+            return self.local(label, lambda *a: fn(aligned_empty(sizes[0], np.float32), *a[:-2]), inputs,
+                              (sizes[0], np.float32))
+        # Pieces write one result in a chain of host calls, each passing the whole buffer on
+        # (aliased, not copied: it is 64-byte aligned), so no tf.concat copies it at the end.
+        total, starts = int(sum(sizes)), pieces.offsets(sizes)
+        result = None
+        for k, (fn, inputs) in enumerate(steps):
+            def step(*a, k=k, fn=fn):
+                buf = aligned_empty(total, np.float32) if k == 0 else _writable(a[0])
+                fn(buf[starts[k]:starts[k + 1]], *a[int(k > 0):-2])
+                if k < len(steps) - 1:
+                    _PASSED[buf.ctypes.data] = buf
+                return buf
+            result = self.local(label, step, ([result] if k else []) + list(inputs), (total, np.float32))
+        return result
 
     def buffer(self, key: str, size: int, dtype) -> np.ndarray:
         # Fresh per call: TF aliases what a host call returns (64-byte aligned, so no copy)
         # and may keep it alive after the step, so it is never reused.
         return aligned_empty(size, dtype)
 
-    def result_buffer(self, key: str, n: int) -> None:
-        return None  # the pieces are joined by tf.concat
+
+# Result buffers on their way from one piece's host call to the next, by data address. Weak:
+# TF holds the array while it aliases it; if it copied instead, the entry goes by itself.
+_PASSED: "weakref.WeakValueDictionary[int, np.ndarray]" = weakref.WeakValueDictionary()
+
+
+def _writable(received: np.ndarray) -> np.ndarray:
+    """Our own buffer behind a host call's (read-only) input; a copy if TF did not alias it."""
+    buf = _PASSED.pop(received.ctypes.data, None)
+    if buf is None or buf.size != received.size:
+        buf = aligned_empty(received.size, np.float32)
+        buf[...] = received
+    return buf
