@@ -50,17 +50,23 @@ def test_imagenet(tmp_path, kind):
         datagen.imagenet_folders(tmp_path)
     else:
         datagen.imagenet_tfrecords(tmp_path)
-    train, val, classes, n = D.imagenet_datasets(str(tmp_path), 4, 0, 1, 0, image_size=32,
-                                                  tfrecord_classes=2)
-    x, y = next(iter(train))
+    train, val, classes, n = D.imagenet_datasets(str(tmp_path), 4, 0, 1, image_size=32, tfrecord_classes=2)
+    x, y = next(iter(train(0)))
     assert x.shape == (4, 32, 32, 3) and classes == 2
     assert int(max(y)) < 2 and sum(int(b[0].shape[0]) for b in val) == 48
+
+    def first(seed, k=15):  # more batches than one pass (48 images): passes continue
+        return [(x.numpy(), y.numpy()) for x, y in train(seed).take(k)]
+
+    a, b, other = first(5), first(5), first(6)
+    assert all(np.array_equal(p[0], q[0]) and np.array_equal(p[1], q[1]) for p, q in zip(a, b))
+    assert not all(np.array_equal(p[0], q[0]) for p, q in zip(a, other))
 
 
 def test_imagenet_errors(tmp_path):
     pytest.importorskip("tensorflow")
     with pytest.raises(D.DatasetError, match="expected train/ and val/"):
-        D.imagenet_datasets(str(tmp_path), 4, 0, 1, 0)
+        D.imagenet_datasets(str(tmp_path), 4, 0, 1)
     (tmp_path / "train-00000").write_bytes(b"")
     with pytest.raises(D.DatasetError, match="no validation-"):
-        D.imagenet_datasets(str(tmp_path), 4, 0, 1, 0)
+        D.imagenet_datasets(str(tmp_path), 4, 0, 1)

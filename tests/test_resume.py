@@ -166,3 +166,30 @@ def test_epoch_seeds_are_distinct():
 
     seeds = {epoch_seed(s, e) for s in (0, 1, SEED_MAX) for e in range(1000)}
     assert len(seeds) == 3000 and max(seeds) < 2 ** 53
+
+
+@pytest.mark.parallel
+def test_imagenet_folders_resume_is_bit_identical(tmp_path):
+    """The JPEG pipeline draws each epoch's order and flips from (seed, epoch): resumed at
+    epoch 1 it trains on what the uninterrupted run did."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import datagen
+
+    data = datagen.imagenet_folders(tmp_path / "data")
+
+    def imagenet(ckpt: Path, out: Path, epochs: int) -> dict:
+        cmd = [horovodrun(), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, "-m",
+               "horovod_q8.workloads.train", "imagenet", "--data-dir", str(data), "--compression", "q8",
+               "--fused", "--error-feedback", "on", "--epochs", str(epochs), "--steps-per-epoch", "4",
+               "--warmup-epochs", "0", "--batch-size", "8", "--image-size", "32", "--lr", "0.0001",
+               "--checkpoint-dir", str(ckpt), "--results-json", str(out), "--verbose", "0"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=ENV)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+        return json.loads(out.read_text())
+
+    full = imagenet(tmp_path / "full", tmp_path / "full.json", 2)
+    first = imagenet(tmp_path / "resumed", tmp_path / "first.json", 1)
+    resumed = imagenet(tmp_path / "resumed", tmp_path / "resumed.json", 2)
+    assert resumed["initial_epoch"] == 1 and first["loss_per_epoch"][0] == full["loss_per_epoch"][0]
+    assert resumed["weights_sha1"] == full["weights_sha1"] != first["weights_sha1"]
+    assert resumed["compression_state"] == full["compression_state"]

@@ -228,11 +228,15 @@ def synthetic(shape: tuple, classes: int, n_train: int, n_test: int, seed: int =
 IMAGENET_TRAIN_IMAGES = 1281167
 
 
-def imagenet_datasets(data_dir: str, batch_size: int, rank: int, size: int, seed: int,
+def imagenet_datasets(data_dir: str, batch_size: int, rank: int, size: int,
                       image_size: int = IMAGENET_SIZE, tfrecord_classes: int = 1000):
-    """(train, val, classes, n_train) tf.data pipelines from ImageNet JPEG folders
-    (train/<class>/*.JPEG, val/<class>/*.JPEG) or TFRecords (train-*, validation-*, with
-    image/encoded and 1-based image/class/label, as Google's build_imagenet_data writes)."""
+    """(train, val, classes, n_train) from ImageNet JPEG folders (train/<class>/*.JPEG,
+    val/<class>/*.JPEG) or TFRecords (train-*, validation-*, with image/encoded and 1-based
+    image/class/label, as Google's build_imagenet_data writes).
+
+    train(seed) is this rank's endless stream of training batches for one epoch's seed (an
+    int): order and flips are functions of the seed only, so a resumed run's epoch e sees the
+    uninterrupted run's. val is a tf.data pipeline."""
     import tensorflow as tf
 
     d = Path(data_dir)
@@ -243,10 +247,10 @@ def imagenet_datasets(data_dir: str, batch_size: int, rank: int, size: int, seed
         val_records = sorted(d.glob("validation-*"))
         if not val_records:
             raise DatasetError(f"ImageNet TFRecords: found train-* but no validation-* in {d}")
-        make = lambda files, training: _tfrecord_pipeline(  # noqa: E731
-            files, training, batch_size, rank, size, seed, image_size)
-        return (make(train_records, True), make(val_records, False), tfrecord_classes,
-                IMAGENET_TRAIN_IMAGES)
+        train = lambda seed: _tfrecord_pipeline(  # noqa: E731
+            train_records, seed, batch_size, rank, size, image_size).repeat()
+        return (train, _tfrecord_pipeline(val_records, None, batch_size, rank, size, image_size),
+                tfrecord_classes, IMAGENET_TRAIN_IMAGES)
     if not (d / "train").is_dir() or not (d / "val").is_dir():
         raise DatasetError(f"ImageNet: expected train/ and val/ folders of class folders of JPEGs, "
                            f"or TFRecord files train-* and validation-*, in {d}")
@@ -266,27 +270,35 @@ def imagenet_datasets(data_dir: str, batch_size: int, rank: int, size: int, seed
             raise DatasetError(f"ImageNet: no JPEG files under {d / split}")
         return paths, labels
 
-    train_files, val_files = files("train"), files("val")
+    (train_paths, train_labels), val_files = files("train"), files("val")
+    # this rank's shard, as Dataset.shard(size, rank) takes it
+    paths, labels = tf.constant(train_paths[rank::size]), tf.constant(train_labels[rank::size], tf.int64)
+    n = int(paths.shape[0])
 
-    def pipeline(paths_labels, training):
-        ds = tf.data.Dataset.from_tensor_slices(paths_labels).shard(size, rank)
-        if training:
-            ds = ds.shuffle(10000, seed=seed, reshuffle_each_iteration=True)
-        ds = ds.map(lambda p, y: (_preprocess(tf.io.read_file(p), training, image_size), y),
-                    num_parallel_calls=tf.data.AUTOTUNE)
-        return ds.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)
+    def train(seed):
+        # passes in permutations drawn from [seed, -1 - pass], flips from [seed, element]
+        seed = tf.cast(seed, tf.int64)
+        order = tf.data.Dataset.counter().flat_map(lambda p: tf.data.Dataset.from_tensor_slices(
+            tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), tf.stack([seed, -1 - p]))))
+        return order.enumerate().map(
+            lambda k, i: (_preprocess(tf.io.read_file(tf.gather(paths, i)), image_size, tf.stack([seed, k])),
+                          tf.gather(labels, i)),
+            num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size, drop_remainder=True)
 
-    return (pipeline(train_files, True), pipeline(val_files, False), len(class_names),
-            len(train_files[0]))
+    val = (tf.data.Dataset.from_tensor_slices(val_files).shard(size, rank)
+           .map(lambda p, y: (_preprocess(tf.io.read_file(p), image_size), y), num_parallel_calls=tf.data.AUTOTUNE)
+           .batch(batch_size).prefetch(tf.data.AUTOTUNE))
+    return train, val, len(class_names), len(train_paths)
 
 
-def _preprocess(jpeg, training: bool, image_size: int):
+def _preprocess(jpeg, image_size: int, flip_seed=None):
+    """Decoded, resized to image_size, scaled to [-1, 1]; flipped (training) as flip_seed says."""
     import tensorflow as tf
 
     img = tf.io.decode_jpeg(jpeg, channels=3)
     img = tf.image.resize(img, (image_size, image_size))
-    if training:
-        img = tf.image.random_flip_left_right(img)
+    if flip_seed is not None:
+        img = tf.image.stateless_random_flip_left_right(img, flip_seed)
     return (img / 127.5) - 1.0
 
 
@@ -299,17 +311,27 @@ def _parse_record(record):
     return feats["image/encoded"], feats["image/class/label"] - 1  # labels are 1-based
 
 
-def _tfrecord_pipeline(files, training, batch_size, rank, size, seed, image_size):
+def _tfrecord_pipeline(files, seed, batch_size, rank, size, image_size):
+    """One pass over the records; training when `seed` is given: files and records shuffled
+    and images flipped, all from the seed (records stream, so a 10,000-record buffer shuffles)."""
     import tensorflow as tf
 
+    training = seed is not None
     ds = tf.data.Dataset.from_tensor_slices([str(f) for f in files])
     if len(files) >= size:  # shard whole files; with fewer files than ranks, shard records
-        ds = ds.shard(size, rank).interleave(tf.data.TFRecordDataset, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.shard(size, rank)
+        if training:
+            ds = ds.shuffle(len(files), seed=int(seed))
+        ds = ds.interleave(tf.data.TFRecordDataset, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     else:
         ds = tf.data.TFRecordDataset(ds).shard(size, rank)
-    if training:
-        ds = ds.shuffle(10000, seed=seed)
     ds = ds.map(lambda r: _parse_record(r), num_parallel_calls=tf.data.AUTOTUNE)
-    ds = ds.map(lambda jpeg, y: (_preprocess(jpeg, training, image_size), y),
+    if not training:
+        ds = ds.map(lambda jpeg, y: (_preprocess(jpeg, image_size), y), num_parallel_calls=tf.data.AUTOTUNE)
+        return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    # a Python int: with a tensor seed tf.data's shuffle also draws on the op counter
+    ds = ds.shuffle(10000, seed=int(seed)).enumerate()
+    flip = tf.constant(int(seed), tf.int64)
+    ds = ds.map(lambda k, r: (_preprocess(r[0], image_size, tf.stack([flip, k])), r[1]),
                 num_parallel_calls=tf.data.AUTOTUNE)
-    return ds.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)
+    return ds.batch(batch_size, drop_remainder=True)
