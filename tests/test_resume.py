@@ -119,11 +119,11 @@ tf.train.Checkpoint(state=state).write({str(ckpt / 'compression_state' / 'rank1-
 
 
 @pytest.mark.parallel
-@pytest.mark.parametrize("path", ["fused", "per-tensor"])
+@pytest.mark.parametrize("path", ["fused", "per-tensor", "tape"])
 def test_no_state_leaks_between_models(path, tmp_path):
     """Model B's weights after each of its steps are the same whether or not model A (equal
     architecture, names and settings) trained before it in the same process."""
-    flag = ["--per-tensor"] if path == "per-tensor" else []
+    flag = {"per-tensor": ["--per-tensor"], "tape": ["--tape"]}.get(path, [])
     digests = {}
     for mode in ("alone", "after"):
         out = tmp_path / f"{mode}.json"

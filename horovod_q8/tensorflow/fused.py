@@ -32,7 +32,7 @@ class FusedReducer(tf.Module):
 
     def __init__(self, name: str, compression: Q8Compressor, sparse_as_dense: bool, op,
                  gradient_predivide_factor: float, fusion_bytes: int = DEFAULT_FUSION_BYTES,
-                 state: Optional[CompressionState] = None) -> None:
+                 state: Optional[CompressionState] = None, transient: bool = False) -> None:
         super().__init__(name="horovod_q8_reducer")
         check_op(op)
         if gradient_predivide_factor <= 0:
@@ -45,10 +45,15 @@ class FusedReducer(tf.Module):
         pre = 1.0 / gradient_predivide_factor if op == hvd.Average else 1.0
         post = gradient_predivide_factor if op == hvd.Average else 1.0
         self.pre, self.post = pre, post
+        # A transient reducer (a tape's, rebuilt every step) finds its state by what it
+        # differentiates, so the state outlives it and two models' tapes never share one.
+        self.transient = transient
         self.state = state if state is not None else CompressionState()
         self._eager_fn = tf.function(self._reduce) if tf.executing_eagerly() else None
 
     def __call__(self, grads, vars=None, use_generic_names=False):
+        if self.transient:
+            self.state = shared_state(self.compression, self.prefix, vars)
         if self._eager_fn is not None and tf.executing_eagerly():
             return self._eager_fn(grads)
         return self._reduce(grads)
@@ -94,13 +99,15 @@ class FusedReducer(tf.Module):
             return out
 
 
-_SHARED: dict = {}  # (setting, name) -> the state of reducers that cannot own one
+_SHARED: dict = {}  # (setting, name, sources) -> the state of reducers that cannot own one
 
 
-def shared_state(compression: Q8Compressor, name: str) -> CompressionState:
+def shared_state(compression: Q8Compressor, name: str, sources=None) -> CompressionState:
     """State for reducers rebuilt every step or trace (a gradient tape is made inside the
-    training step): shared by equal settings and reducer names, so it outlives them."""
-    return _SHARED.setdefault((compression, name), CompressionState())
+    training step): one per setting, reducer name and the variables differentiated, so it
+    outlives the reducers and two models never share it."""
+    key = None if sources is None else tuple(v.ref() for v in sources)
+    return _SHARED.setdefault((compression, name, key), CompressionState())
 
 
 def state_of(wrapped) -> CompressionState:

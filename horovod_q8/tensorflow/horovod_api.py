@@ -49,7 +49,7 @@ def _make(name, device_dense, device_sparse, compression, sparse_as_dense, op,
           gradient_predivide_factor, groups, process_set=hvd.global_process_set):
     """Horovod's signature; a FusedReducer for a horovod_q8 compressor, else Horovod's own."""
     from horovod_q8.tensorflow.compressor import Q8Compressor
-    from horovod_q8.tensorflow.fused import DEFAULT_FUSION_BYTES, FusedReducer, shared_state
+    from horovod_q8.tensorflow.fused import DEFAULT_FUSION_BYTES, FusedReducer
 
     def horovods_own(comp):
         return _original(name, device_dense, device_sparse, comp, sparse_as_dense, op,
@@ -78,7 +78,7 @@ def _make(name, device_dense, device_sparse, compression, sparse_as_dense, op,
         raise ValueError("horovod_q8 compression cannot honour " + "; ".join(refused))
     return FusedReducer(name, compression, sparse_as_dense, op, gradient_predivide_factor,
                         getattr(_local, "fusion_bytes", DEFAULT_FUSION_BYTES),
-                        shared_state(compression, name) if transient else None)
+                        transient=transient)
 
 
 class PerTensorReducer(tf.Module):

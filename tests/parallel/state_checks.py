@@ -1,6 +1,6 @@
 """Who owns the compression state: checks that raise on failure (the verdict is the exit code).
 
-    state_checks.py leak alone|after OUT.json [--per-tensor]   (under horovodrun -np 2)
+    state_checks.py leak alone|after OUT.json [--per-tensor|--tape]   (under horovodrun -np 2)
         Model B (two steps) with each compressor; "after" trains model A (same architecture,
         layer names, optimizer name and compressor settings) first in the same process.
         Rank 0 writes B's weight digests after each step to OUT.json; tests/test_resume.py
@@ -161,8 +161,51 @@ def elastic() -> None:
     print(f"rank {hvd.rank()}: elastic OK", flush=True)
 
 
+def tape_trainer(m: tf.keras.Model, setting: str) -> Callable:
+    """Steps through hvd.DistributedGradientTape, rebuilt inside every traced step as users
+    write it, with a compressor built there too (equal settings for A and B)."""
+    opt = tf.keras.optimizers.SGD(0.1, momentum=0.9)
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            logits = m(x, training=True)
+            loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True))
+        tape = hvd_tf.DistributedGradientTape(tape, compression=SETTINGS[setting]())
+        grads = tape.gradient(loss, m.trainable_variables)
+        opt.apply_gradients(zip(grads, m.trainable_variables))
+
+    def train_steps(steps: int, first: int = 0) -> List[str]:
+        out = []
+        for s in range(first, first + steps):
+            step(*batch(s))
+            out.append(digest(m.get_weights()))
+        return out
+    return train_steps
+
+
+def tape_leak(mode: str, out: str) -> None:
+    """As leak(), through gradient tapes: B's weights must not depend on A having trained."""
+    results = {}
+    for setting in SETTINGS:
+        if mode == "after":
+            a = net()
+            a.set_weights(initial_weights(a, 7))
+            tape_trainer(a, setting)(3, first=100)
+        b = net()
+        b.set_weights(initial_weights(b, 1))
+        results[setting] = tape_trainer(b, setting)(2)
+    everyone = hvd_tf.allgather_object(results)
+    assert all(r == everyone[0] for r in everyone), f"ranks disagree on B's weights: {everyone}"
+    if hvd.rank() == 0:
+        with open(out, "w") as f:
+            json.dump(results, f, indent=1)
+
+
 def main(argv: List[str]) -> None:
-    if argv[0] == "leak":
+    if argv[0] == "leak" and "--tape" in argv[3:]:
+        tape_leak(argv[1], argv[2])
+    elif argv[0] == "leak":
         leak(argv[1], argv[2], "--per-tensor" in argv[3:])
     elif argv[0] == "elastic":
         elastic()
