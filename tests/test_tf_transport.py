@@ -55,6 +55,5 @@ def test_a_copied_buffer_still_gives_the_whole_result(monkeypatch):
 
 
 def test_one_piece_is_one_host_call():
-    (fn, inputs), = [(fill, [tf.constant(PARTS[0])])]
-    y = transport().finish("fill", [(fn, inputs)], SIZES[:1], "one")
+    y = transport().finish("fill", [(fill, [tf.constant(PARTS[0])])], SIZES[:1], "one")
     np.testing.assert_array_equal(y.numpy(), PARTS[0])

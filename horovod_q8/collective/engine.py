@@ -76,8 +76,8 @@ def compressed_sum(t: Transport, req: Request, flat: Any, residuals: Optional[Re
                 for i, (p, x, k) in enumerate(zip(plans, xs, keys))]
         gathered = [t.allgatherv(s, p.gathered_sizes, f"{k}.allgather")
                     for p, s, k in zip(plans, sent, keys)]
-        return t.finish("q8_sum", [(_sum_into(p), [g, *extra]) for p, g in zip(plans, gathered)], sizes,
-                        req.key)
+        return t.finish("q8_sum", [(_into(P.sum_gathered, p), [g, *extra]) for p, g in zip(plans, gathered)],
+                        sizes, req.key)
 
     sent = [t.local("q8_encode_chunks", _encode_chunks(t, p, k, fb), [x],
                     (sum(p.send_splits), np.uint8), state(f"{k}/residual", p.n), seed_of(i))
@@ -91,8 +91,8 @@ def compressed_sum(t: Transport, req: Request, flat: Any, residuals: Optional[Re
                             (p.fmt.nbytes(n_mine), np.uint8), state(f"{k}/server_residual", n_mine),
                             seed_of(i)))
     gathered = [t.allgatherv(m, p.gathered_sizes, f"{k}.allgather") for p, m, k in zip(plans, mine, keys)]
-    return t.finish("q8_decode", [(_decode_into(p), [g, *extra]) for p, g in zip(plans, gathered)], sizes,
-                    req.key)
+    return t.finish("q8_decode", [(_into(P.decode_gathered, p), [g, *extra]) for p, g in zip(plans, gathered)],
+                    sizes, req.key)
 
 
 # The local steps, bound to their plan and to the transport's reused buffers.
@@ -113,12 +113,10 @@ def _reduce_chunk(t: Transport, p: P.Plan, key: str, fb: bool) -> Callable:
                                           out=t.buffer(f"{key}.reduced", p.fmt.nbytes(n_mine), np.uint8))
 
 
-def _sum_into(p: P.Plan) -> Callable:
-    return lambda out, g, *scale: P.sum_gathered(p, g, out=out, scale=float(scale[0]) if scale else 1.0)
-
-
-def _decode_into(p: P.Plan) -> Callable:
-    return lambda out, g, *scale: P.decode_gathered(p, g, out=out, scale=float(scale[0]) if scale else 1.0)
+def _into(last_step: Callable, p: P.Plan) -> Callable:
+    """A piece's last step (sum_gathered or decode_gathered) as Transport.finish calls it:
+    fn(out, gathered[, scale])."""
+    return lambda out, g, *scale: last_step(p, g, out=out, scale=float(scale[0]) if scale else 1.0)
 
 
 def bytes_sent(req: Request, size: int, rank: int = 0) -> int:

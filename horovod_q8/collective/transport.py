@@ -103,12 +103,9 @@ class ArrayTransport:
         # One persistent result buffer that every piece writes its slice of (no join); without
         # buffers each piece allocates (on its array's device) and the pieces are joined.
         out = self.buffer(f"{key}.out", sum(sizes), np.float32)
-        starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
-        parts = []
-        for k, (fn, inputs) in enumerate(steps):
-            dst = out[starts[k]:starts[k + 1]] if out is not None else None
-            parts.append(self.local(label, lambda *a, fn=fn, dst=dst: fn(dst, *a[:-2]), inputs,
-                                    (sizes[k], np.float32)))
+        dsts = self.split(out, sizes) if out is not None else [None] * len(sizes)
+        parts = [self.local(label, lambda *a, fn=fn, dst=dst: fn(dst, *a[:-2]), inputs, (n, np.float32))
+                 for (fn, inputs), dst, n in zip(steps, dsts, sizes)]
         return self.concat(parts, out)
 
     def concat(self, parts: Sequence, out):

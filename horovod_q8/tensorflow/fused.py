@@ -32,7 +32,7 @@ class FusedReducer(tf.Module):
 
     def __init__(self, name: str, compression: Q8Compressor, sparse_as_dense: bool, op,
                  gradient_predivide_factor: float, fusion_bytes: int = DEFAULT_FUSION_BYTES,
-                 state: Optional[CompressionState] = None, transient: bool = False) -> None:
+                 transient: bool = False) -> None:
         super().__init__(name="horovod_q8_reducer")
         check_op(op)
         if gradient_predivide_factor <= 0:
@@ -48,7 +48,7 @@ class FusedReducer(tf.Module):
         # A transient reducer (a tape's, rebuilt every step) finds its state by what it
         # differentiates, so the state outlives it and two models' tapes never share one.
         self.transient = transient
-        self.state = state if state is not None else CompressionState()
+        self.state = CompressionState()
         self._eager_fn = tf.function(self._reduce) if tf.executing_eagerly() else None
 
     def __call__(self, grads, vars=None, use_generic_names=False):

@@ -276,11 +276,9 @@ def imagenet_datasets(data_dir: str, batch_size: int, rank: int, size: int,
     n = int(paths.shape[0])
 
     def train(seed):
-        # passes in permutations drawn from [seed, -1 - pass], flips from [seed, element]
+        # flips from [seed, element], as the order's permutations from [seed, -1 - pass]
         seed = tf.cast(seed, tf.int64)
-        order = tf.data.Dataset.counter().flat_map(lambda p: tf.data.Dataset.from_tensor_slices(
-            tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), tf.stack([seed, -1 - p]))))
-        return order.enumerate().map(
+        return shuffled_passes(n, seed).enumerate().map(
             lambda k, i: (_preprocess(tf.io.read_file(tf.gather(paths, i)), image_size, tf.stack([seed, k])),
                           tf.gather(labels, i)),
             num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size, drop_remainder=True)
@@ -289,6 +287,16 @@ def imagenet_datasets(data_dir: str, batch_size: int, rank: int, size: int,
            .map(lambda p, y: (_preprocess(tf.io.read_file(p), image_size), y), num_parallel_calls=tf.data.AUTOTUNE)
            .batch(batch_size).prefetch(tf.data.AUTOTUNE))
     return train, val, len(class_names), len(train_paths)
+
+
+def shuffled_passes(n: int, seed):
+    """Indices 0..n-1, pass after pass without end, each pass a permutation drawn statelessly
+    from [seed, -1 - pass] (seed: an int64 scalar tensor), so a pipeline built at any epoch
+    replays that epoch's order."""
+    import tensorflow as tf
+
+    return tf.data.Dataset.counter().flat_map(lambda p: tf.data.Dataset.from_tensor_slices(
+        tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), tf.stack([seed, -1 - p]))))
 
 
 def _preprocess(jpeg, image_size: int, flip_seed=None):
@@ -329,7 +337,6 @@ def _tfrecord_pipeline(files, seed, batch_size, rank, size, image_size):
     if not training:
         ds = ds.map(lambda jpeg, y: (_preprocess(jpeg, image_size), y), num_parallel_calls=tf.data.AUTOTUNE)
         return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
-    # a Python int: with a tensor seed tf.data's shuffle also draws on the op counter
     ds = ds.shuffle(10000, seed=int(seed)).enumerate()
     flip = tf.constant(int(seed), tf.int64)
     ds = ds.map(lambda k, r: (_preprocess(r[0], image_size, tf.stack([flip, k])), r[1]),

@@ -217,7 +217,7 @@ def _pipelines(args, hvd, tf, loaded, initial_epoch: int):
     kind, data, classes, steps = loaded
     if kind == "imagenet":
         # epoch e: the first `steps` batches of the stream seeded by (seed, e), built per epoch
-        # with a Python seed (tf.data's buffered shuffle of TFRecords takes no tensor seed)
+        # with a Python seed (the TFRecord pipeline did not trace with a tensor seed in flat_map)
         train_for, test = data
         epochs = [train_for(epoch_seed(args.seed, e)).take(steps)
                   for e in range(initial_epoch, max(args.epochs, initial_epoch + 1))]
@@ -238,12 +238,13 @@ def _epoch_batches(tf, x, y, seed: int, batch_size: int, steps: int, augment: bo
     drawn (like the augmentation) from (seed, epoch, pass) with stateless ops only, so a process
     that starts at epoch e sees what an uninterrupted one saw there. (Seeds [s, -1 - pass] for
     permutations, [s, element] for augmentation: never the same pair.)"""
+    from horovod_q8.workloads.datasets import shuffled_passes
+
     n = int(x.shape[0])
 
     def batches(epoch):
         s = epoch_seed(seed, epoch)
-        order = tf.data.Dataset.counter().flat_map(lambda p: tf.data.Dataset.from_tensor_slices(
-            tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), tf.stack([s, -1 - p]))))
+        order = shuffled_passes(n, s)
         if augment:
             ds = order.enumerate().map(
                 lambda k, i: _augment_cifar(tf.gather(x, i), tf.gather(y, i), tf.stack([s, k])),
