@@ -1,4 +1,5 @@
-"""The TensorFlow transport's pieces: one result filled by a chain of host calls, not joined."""
+"""The TensorFlow transport: pieces fill one result by a chain of host calls, not joined; host
+calls' buffers are reused across steps, never while TensorFlow still holds them."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,6 +8,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 pytest.importorskip("horovod.tensorflow")
 
+from horovod_q8.collective.transport import AlignedPool  # noqa: E402
 from horovod_q8.tensorflow import transport as T  # noqa: E402
 
 SIZES = [5000, 5000, 123]
@@ -28,17 +30,46 @@ def fill(out, x):
     return out
 
 
-def finish() -> tf.Tensor:
-    steps = [(fill, [tf.constant(p)]) for p in PARTS]
+def finish(offset=0.0) -> tf.Tensor:
+    steps = [(fill, [tf.constant(p) + offset]) for p in PARTS]
     return transport().finish("fill", steps, SIZES, "test")
 
 
+class CountingPool(AlignedPool):
+    def __init__(self):
+        super().__init__()
+        self.sizes = []
+
+    def __call__(self, size, dtype):
+        self.sizes.append(size)
+        return super().__call__(size, dtype)
+
+
 def test_pieces_fill_one_buffer_without_a_copy(monkeypatch):
-    made = []
-    real = T.aligned_empty
-    monkeypatch.setattr(T, "aligned_empty", lambda n, dtype: made.append(n) or real(n, dtype))
-    np.testing.assert_array_equal(tf.function(finish)().numpy(), np.concatenate(PARTS))
-    assert made == [sum(SIZES)], made  # one result buffer, handed on by every piece, never copied
+    pool = CountingPool()
+    monkeypatch.setattr(T, "_POOL", pool)
+    # An argument, not constants, as in a training step: TensorFlow may evaluate a stateless
+    # op of constants while it optimises the graph, and it would hand the pieces a copy.
+    np.testing.assert_array_equal(tf.function(finish)(tf.constant(0.0)).numpy(), np.concatenate(PARTS))
+    assert pool.sizes == [sum(SIZES)], pool.sizes  # one result buffer, handed on by every piece, never copied
+
+
+def test_a_result_still_held_is_never_overwritten(monkeypatch):
+    """The next step gets another buffer while TensorFlow (here: our tensor) holds the last
+    result, and the same one again once nothing does."""
+    pool = AlignedPool()
+    monkeypatch.setattr(T, "_POOL", pool)
+    step = tf.function(finish)
+    first = step(tf.constant(0.0))
+    second = step(tf.constant(1.0))  # while `first` is alive
+    np.testing.assert_array_equal(first.numpy(), np.concatenate(PARTS))
+    np.testing.assert_array_equal(second.numpy(), np.concatenate(PARTS) + 1)
+    held = pool.held_bytes()
+    assert held >= 2 * 4 * sum(SIZES)
+    del first, second
+    for k in range(5):
+        np.testing.assert_array_equal(step(tf.constant(float(k))).numpy(), np.concatenate(PARTS) + k)
+    assert pool.held_bytes() == held  # reused, not grown
 
 
 def test_eagerly_the_pieces_are_copied_on_and_still_right():
@@ -57,3 +88,23 @@ def test_a_copied_buffer_still_gives_the_whole_result(monkeypatch):
 def test_one_piece_is_one_host_call():
     y = transport().finish("fill", [(fill, [tf.constant(PARTS[0])])], SIZES[:1], "one")
     np.testing.assert_array_equal(y.numpy(), PARTS[0])
+
+
+def test_independent_host_calls_are_not_chained():
+    """Two buckets' local steps may run at once: tf.function chains stateful ops that have no
+    resource input in program order, which made each bucket's encode wait for the previous
+    bucket's decode."""
+    t = transport()
+
+    @tf.function
+    def two(a, b):
+        return (t.local("first", lambda x, r, s: x * 2, [a], (4, np.float32)),
+                t.local("second", lambda x, r, s: x * 3, [b], (4, np.float32)))
+
+    spec = tf.TensorSpec([4], tf.float32)
+    graph = two.get_concrete_function(spec, spec).graph
+    calls = [op for op in graph.get_operations() if op.type.startswith("PyFunc")]
+    assert len(calls) == 2
+    assert not any(c in op.control_inputs for op in calls for c in calls)
+    one = tf.ones(4)
+    np.testing.assert_array_equal([y.numpy() for y in two(one, one)], [np.full(4, 2.0), np.full(4, 3.0)])

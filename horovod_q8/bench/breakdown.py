@@ -9,6 +9,7 @@ and the rest (waiting, scheduling, decompress ops). Every figure is the slowest 
 """
 from __future__ import annotations
 
+import resource
 import time
 from typing import Callable, Dict, List
 
@@ -27,6 +28,16 @@ def _median_slowest(fn: Callable[[], object], repeats: int) -> float:
         times.append(time.perf_counter() - t)
     mine = float(np.median(times))
     return float(hvd.allreduce(tf.constant(mine, tf.float64), op=hvd.Max, name="breakdown.max"))
+
+
+def _page_faults(fn: Callable[[], object], calls: int = 3) -> float:
+    """Minor page faults of this process per call of fn (first touches of fresh memory: a
+    fresh 100 MB array costs 15-80 ms more than a reused one on this VM)."""
+    fn()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(calls):
+        fn()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls
 
 
 def _profiled(fn: Callable[[], object]) -> Dict[str, float]:
@@ -64,7 +75,7 @@ def compressed_phases(name: str, x, repeats: int, pipe: int = 0) -> Dict[str, fl
     comp = compressor(name, pipeline_elements=pipe)
     op = tf.function(lambda t: hvd.allreduce(t, compression=comp, op=hvd.Average, name=f"bd.{name}.{pipe}"))
     total = _median_slowest(lambda: op(x).numpy(), repeats)
-    op(x)
+    faults = _page_faults(lambda: op(x).numpy())
     split = [_profiled(lambda: op(x).numpy()) for _ in range(3)]
     split = {k: float(np.median([d[k] for d in split])) for k in split[0]}
     n = int(x.shape[0])
@@ -97,7 +108,7 @@ def compressed_phases(name: str, x, repeats: int, pipe: int = 0) -> Dict[str, fl
     kernels = split["codec"]
     return {"total": total, "codec": kernels, "collectives": collectives, "host_calls": host_calls,
             "rest": total - kernels - collectives - host_calls, "head": split["head"],
-            "gaps": split["gaps"], "tail": split["tail"],
+            "gaps": split["gaps"], "tail": split["tail"], "faults": faults,
             "bytes_sent": float(policy.decide(comp, True, n, hvd.size()).bytes_compressed)}
 
 
@@ -111,7 +122,8 @@ def baseline_phases(name: str, x, repeats: int) -> Dict[str, float]:
     comp = hvd.Compression.fp16 if name == "fp16" else hvd.Compression.none
     op = tf.function(lambda t: hvd.allreduce(t, compression=comp, op=hvd.Average, name=f"bd.{name}"))
     total = _median_slowest(lambda: op(x).numpy(), repeats)
-    return {"total": total, "bytes_sent": policy.ring_bytes(int(x.shape[0]), 2 if name == "fp16" else 4,
+    return {"total": total, "faults": _page_faults(lambda: op(x).numpy()),
+            "bytes_sent": policy.ring_bytes(int(x.shape[0]), 2 if name == "fp16" else 4,
                                                             hvd.size())}
 
 
@@ -132,15 +144,16 @@ def run(elements: int, names: List[tuple], repeats: int) -> Dict[str, Dict[str, 
         fp16 = rows.get("fp16", {}).get("total")
         print(f"## breakdown: one tensor of {elements} float32, {hvd.size()} ranks, {machine()}\n")
         nan = float("nan")
-        table = [[name, r["total"] * 1e3, *[r.get(k, nan) * 1e3 for k in ("codec", "collectives", "host_calls",
-                                                                           "rest", "head", "gaps", "tail")],
+        phases = ("codec", "collectives", "host_calls", "rest", "head", "gaps", "tail")
+        table = [[name, r["total"] * 1e3, *[r.get(k, nan) * 1e3 for k in phases], r["faults"] / 1e3,
                   r["bytes_sent"] / 1e6, fp16 / r["total"] if fp16 else ""] for name, r in rows.items()]
         print(markdown(["compression", "total ms", "codec kernels ms", "collectives alone ms",
-                        "host calls alone ms", "rest ms", "head ms", "gaps ms", "tail ms", "MB sent/rank",
-                        "speedup vs fp16"], table), flush=True)
+                        "host calls alone ms", "rest ms", "head ms", "gaps ms", "tail ms",
+                        "page faults/op (k, rank 0)", "MB sent/rank", "speedup vs fp16"], table), flush=True)
         print("\ncodec kernels: time inside the host calls; collectives / host calls alone: the same "
               "byte collectives, and the same host calls without coding, each timed by itself; rest: "
               "total minus those three. One profiled call split at its host calls: head (before the "
               "first), gaps (between them: the collectives and any waiting), tail (after the last: "
-              "decompress, Horovod's control allreduce, the copy out).", flush=True)
+              "decompress, Horovod's control allreduce, the copy out). Page faults: minor faults of "
+              "rank 0's process per op (first touches of fresh memory), mean of 3.", flush=True)
     return rows

@@ -8,7 +8,10 @@ Transports: `tensorflow.transport.HorovodTransport`, `collective.mpi.MpiTranspor
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Protocol, Sequence, Tuple
+import sys
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
@@ -127,9 +130,65 @@ def aligned_empty(size: int, dtype) -> np.ndarray:
     array when a host call returns it, and copies any other (NumPy's own large arrays are
     16-byte aligned): 83.5 ms against 0.5 ms for 100 MB here (DESIGN.md section 5)."""
     dtype = np.dtype(dtype)
-    raw = np.empty(int(size) * dtype.itemsize + ALIGN_BYTES, np.uint8)
+    nbytes = int(size) * dtype.itemsize
+    return _aligned_view(np.empty(nbytes + ALIGN_BYTES, np.uint8), nbytes, dtype)
+
+
+class AlignedPool:
+    """64-byte-aligned buffers (as `aligned_empty`) reused once nothing refers to them any more.
+
+    A fresh 100 MB array costs 15-80 ms more than a reused one here, all page faults
+    (docs/runs/performance/session8/fresh_vs_reused.log), and a host call's result was fresh
+    every step. TensorFlow aliases what a host call returns and may keep it after the step (in a
+    variable, in a later op's output); while it does, it holds the returned array, and every
+    NumPy view holds its memory's owner through `.base`. So an owner whose only reference is
+    this pool's is unused everywhere, and only such a one is handed out again.
+    """
+
+    def __init__(self, per_size: int = 4, max_bytes: int = 1 << 30) -> None:
+        self.per_size = per_size  # owners kept per byte size; beyond them, fresh arrays
+        self.max_bytes = max_bytes  # beyond it, unused owners of other sizes go, least recent first
+        self._owners: "OrderedDict[int, List[np.ndarray]]" = OrderedDict()
+        self._lock = threading.Lock()  # host calls run on several TensorFlow threads
+
+    def __call__(self, size: int, dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        nbytes = int(size) * dtype.itemsize
+        with self._lock:
+            owners = self._owners.setdefault(nbytes, [])
+            self._owners.move_to_end(nbytes)
+            for i in range(len(owners)):
+                if sys.getrefcount(owners[i]) == _ONLY_LISTED:
+                    return _aligned_view(owners[i], nbytes, dtype)
+            raw = np.empty(nbytes + ALIGN_BYTES, np.uint8)
+            if len(owners) < self.per_size:
+                owners.append(raw)
+                self._evict(keep=nbytes)
+            return _aligned_view(raw, nbytes, dtype)
+
+    def _evict(self, keep: int) -> None:
+        for nbytes in list(self._owners):
+            if self.held_bytes() <= self.max_bytes:
+                return
+            if nbytes != keep:
+                owners = self._owners[nbytes]
+                owners[:] = [o for o in owners if sys.getrefcount(o) > _IN_COMPREHENSION]
+                if not owners:
+                    del self._owners[nbytes]
+
+    def held_bytes(self) -> int:
+        return sum(raw.nbytes for owners in self._owners.values() for raw in owners)
+
+
+# sys.getrefcount of an owner the pool's list alone refers to: the list and getrefcount's
+# argument (and, inside a comprehension over the list, its loop variable).
+_ONLY_LISTED = 2
+_IN_COMPREHENSION = 3
+
+
+def _aligned_view(raw: np.ndarray, nbytes: int, dtype: np.dtype) -> np.ndarray:
     start = -raw.ctypes.data % ALIGN_BYTES
-    return raw[start:start + int(size) * dtype.itemsize].view(dtype)
+    return raw[start:start + nbytes].view(dtype)
 
 
 def wait(x):

@@ -43,11 +43,15 @@ def _scalar(a):
 
 
 def host_call(fn: Callable, inputs: Sequence[tf.Tensor], dtypes: Sequence[tf.DType],
-              shapes: Sequence[tuple], name: str) -> list:
+              shapes: Sequence[tuple], name: str, pure: bool = False) -> list:
     """Call fn(arrays...) -> arrays as one op and restore static shapes.
 
     Scalars arrive as Python numbers (int64 seeds as ints, float scales as floats); other
-    tensors as NumPy or CuPy arrays.
+    tensors as NumPy or CuPy arrays. pure: fn's outputs depend on its inputs alone, with no
+    other effect, so the op is stateless. tf.function runs stateful ops without resource
+    inputs one after another in program order (auto control dependencies), which kept every
+    bucket's and piece's host calls in one chain: the next bucket's encode waited for the last
+    one's decode while the wire was busy.
     """
     if _on_gpu(inputs):
         outs = _gpu_call(fn, inputs, dtypes)
@@ -61,7 +65,7 @@ def host_call(fn: Callable, inputs: Sequence[tf.Tensor], dtypes: Sequence[tf.DTy
                 PROFILE.append((name, enter, time.perf_counter()))
             return res if isinstance(res, tuple) else (res,)
 
-        outs = tf.numpy_function(body, list(inputs), list(dtypes), stateful=True, name=name)
+        outs = tf.numpy_function(body, list(inputs), list(dtypes), stateful=not pure, name=name)
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     for o, s in zip(outs, shapes):
         o.set_shape(s)

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from horovod_q8.collective import pieces
-from horovod_q8.collective.transport import aligned_empty
+from horovod_q8.collective.transport import AlignedPool
 from horovod_q8.tensorflow.bridge import host_call
 
 
@@ -28,16 +28,17 @@ class HorovodTransport:
         n, dtype = out
         out_dtype = tf.as_dtype(np.dtype(dtype))
         if residual is None:
-            (y,) = host_call(lambda *a: fn(*a[:-1], None, a[-1]), [*inputs, seed], [out_dtype], [(n,)], label)
+            (y,) = host_call(lambda *a: fn(*a[:-1], None, a[-1]), [*inputs, seed], [out_dtype], [(n,)], label,
+                             pure=True)
             return y
 
         def with_residual(*a):
-            r = aligned_empty(a[-2].size, np.float32)  # TF's input buffers are read-only
+            r = _POOL(a[-2].size, np.float32)  # TF's input buffers are read-only
             r[...] = a[-2]
             return fn(*a[:-2], r, a[-1]), r
 
         y, new_r = host_call(with_residual, [*inputs, residual.read_value(), seed],
-                             [out_dtype, tf.float32], [(n,), residual.shape], label)
+                             [out_dtype, tf.float32], [(n,), residual.shape], label, pure=True)
         with tf.control_dependencies([residual.assign(new_r)]):
             return tf.identity(y)
 
@@ -60,7 +61,7 @@ class HorovodTransport:
     def finish(self, label, steps, sizes, key):
         if len(steps) == 1:
             (fn, inputs), = steps
-            return self.local(label, lambda *a: fn(aligned_empty(sizes[0], np.float32), *a[:-2]), inputs,
+            return self.local(label, lambda *a: fn(_POOL(sizes[0], np.float32), *a[:-2]), inputs,
                               (sizes[0], np.float32))
         # Pieces write one result in a chain of host calls, each passing the whole buffer on
         # (aliased, not copied: it is 64-byte aligned), so no tf.concat copies it at the end.
@@ -68,7 +69,7 @@ class HorovodTransport:
         result = None
         for k, (fn, inputs) in enumerate(steps):
             def step(*a, k=k, fn=fn):
-                buf = aligned_empty(total, np.float32) if k == 0 else _writable(a[0])
+                buf = _POOL(total, np.float32) if k == 0 else _writable(a[0])
                 fn(buf[starts[k]:starts[k + 1]], *a[int(k > 0):-2])
                 if k < len(steps) - 1:
                     _PASSED[buf.ctypes.data] = buf
@@ -77,10 +78,13 @@ class HorovodTransport:
         return result
 
     def buffer(self, key: str, size: int, dtype) -> np.ndarray:
-        # Fresh per call: TF aliases what a host call returns (64-byte aligned, so no copy)
-        # and may keep it alive after the step, so it is never reused.
-        return aligned_empty(size, dtype)
+        # TF aliases what a host call returns (64-byte aligned, so no copy) and may keep it
+        # after the step: the pool hands a buffer out again only once nothing refers to it.
+        return _POOL(size, dtype)
 
+
+# Every host call's output buffers, reused across steps once TensorFlow has let go of them.
+_POOL = AlignedPool()
 
 # Result buffers on their way from one piece's host call to the next, by data address. Weak:
 # TF holds the array while it aliases it; if it copied instead, the entry goes by itself.
@@ -91,6 +95,6 @@ def _writable(received: np.ndarray) -> np.ndarray:
     """Our own buffer behind a host call's (read-only) input; a copy if TF did not alias it."""
     buf = _PASSED.pop(received.ctypes.data, None)
     if buf is None or buf.size != received.size:
-        buf = aligned_empty(received.size, np.float32)
+        buf = _POOL(received.size, np.float32)
         buf[...] = received
     return buf
