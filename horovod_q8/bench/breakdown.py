@@ -123,8 +123,7 @@ def baseline_phases(name: str, x, repeats: int) -> Dict[str, float]:
     op = tf.function(lambda t: hvd.allreduce(t, compression=comp, op=hvd.Average, name=f"bd.{name}"))
     total = _median_slowest(lambda: op(x).numpy(), repeats)
     return {"total": total, "faults": _page_faults(lambda: op(x).numpy()),
-            "bytes_sent": policy.ring_bytes(int(x.shape[0]), 2 if name == "fp16" else 4,
-                                                            hvd.size())}
+            "bytes_sent": policy.ring_bytes(int(x.shape[0]), 2 if name == "fp16" else 4, hvd.size())}
 
 
 def run(elements: int, names: List[tuple], repeats: int) -> Dict[str, Dict[str, float]]:
