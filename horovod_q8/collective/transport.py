@@ -125,24 +125,17 @@ class ArrayTransport:
 ALIGN_BYTES = 64
 
 
-def aligned_empty(size: int, dtype) -> np.ndarray:
-    """A fresh array whose data starts on a 64-byte boundary. TensorFlow aliases such an
-    array when a host call returns it, and copies any other (NumPy's own large arrays are
-    16-byte aligned): 83.5 ms against 0.5 ms for 100 MB here (DESIGN.md section 5)."""
-    dtype = np.dtype(dtype)
-    nbytes = int(size) * dtype.itemsize
-    return _aligned_view(np.empty(nbytes + ALIGN_BYTES, np.uint8), nbytes, dtype)
-
-
 class AlignedPool:
-    """64-byte-aligned buffers (as `aligned_empty`) reused once nothing refers to them any more.
+    """64-byte-aligned buffers, reused once nothing refers to them any more.
 
-    A fresh 100 MB array costs 15-80 ms more than a reused one here, all page faults
-    (docs/runs/performance/session8/fresh_vs_reused.log), and a host call's result was fresh
-    every step. TensorFlow aliases what a host call returns and may keep it after the step (in a
-    variable, in a later op's output); while it does, it holds the returned array, and every
-    NumPy view holds its memory's owner through `.base`. So an owner whose only reference is
-    this pool's is unused everywhere, and only such a one is handed out again.
+    Aligned, because TensorFlow aliases such an array when a host call returns it and copies
+    any other (NumPy's own large arrays are 16-byte aligned): 83.5 ms against 0.5 ms for 100 MB
+    here (DESIGN.md section 5). Reused, because a fresh 100 MB array costs 15-80 ms more than a
+    reused one here, all page faults (docs/runs/performance/session8/fresh_vs_reused.log). TF
+    may keep an aliased result after the step (in a variable, in a later op's output); while it
+    does, it holds the returned array, and every NumPy view holds its memory's owner through
+    `.base`. So an owner whose only reference is this pool's is unused everywhere, and only
+    such a one is handed out again.
     """
 
     def __init__(self, per_size: int = 4, max_bytes: int = 1 << 30) -> None:
@@ -172,7 +165,8 @@ class AlignedPool:
                 return
             if nbytes != keep:
                 owners = self._owners[nbytes]
-                owners[:] = [o for o in owners if sys.getrefcount(o) > _IN_COMPREHENSION]
+                used = [i for i in range(len(owners)) if sys.getrefcount(owners[i]) > _ONLY_LISTED]
+                owners[:] = [owners[i] for i in used]
                 if not owners:
                     del self._owners[nbytes]
 
@@ -180,10 +174,9 @@ class AlignedPool:
         return sum(raw.nbytes for owners in self._owners.values() for raw in owners)
 
 
-# sys.getrefcount of an owner the pool's list alone refers to: the list and getrefcount's
-# argument (and, inside a comprehension over the list, its loop variable).
+# sys.getrefcount(owners[i]) of an owner the pool's list alone refers to: the list and
+# getrefcount's argument.
 _ONLY_LISTED = 2
-_IN_COMPREHENSION = 3
 
 
 def _aligned_view(raw: np.ndarray, nbytes: int, dtype: np.dtype) -> np.ndarray:
