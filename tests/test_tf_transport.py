@@ -20,7 +20,7 @@ def transport() -> "T.HorovodTransport":
     """The transport of rank 0 of 1, without hvd.init(): finish() runs host calls only, and an
     MPI singleton in the test process would leak OMPI_* variables into later tests' mpirun."""
     t = T.HorovodTransport.__new__(T.HorovodTransport)
-    t.rank, t.size, t.named = 0, 1, False
+    t.rank, t.size, t.named, t.order = 0, 1, False, None
     return t
 
 
@@ -108,3 +108,44 @@ def test_independent_host_calls_are_not_chained():
     assert not any(c in op.control_inputs for op in calls for c in calls)
     one = tf.ones(4)
     np.testing.assert_array_equal([y.numpy() for y in two(one, one)], [np.full(4, 2.0), np.full(4, 3.0)])
+
+
+def ancestors(op) -> set:
+    """Every op `op` waits for, through data and control edges."""
+    seen, todo = set(), [op]
+    while todo:
+        o = todo.pop()
+        for a in [i.op for i in o.inputs] + list(o.control_inputs):
+            if a not in seen:
+                seen.add(a)
+                todo.append(a)
+    return seen
+
+
+def test_a_phase_runs_in_build_order_and_phases_overlap():
+    """With a PhaseOrder, each bucket's encode waits for the previous bucket's encode (so every
+    rank submits its collectives in one order), never for another phase's host call."""
+    t = transport()
+    t.order = T.PhaseOrder()
+
+    @tf.function
+    def buckets(a, b, c):
+        out = []
+        for x in (a, b, c):
+            e = t.local("encode", lambda v, r, s: v * 2, [x], (4, np.float32))
+            out.append(t.local("decode", lambda v, r, s: v + 1, [e], (4, np.float32)))
+        return out
+
+    spec = tf.TensorSpec([4], tf.float32)
+    graph = buckets.get_concrete_function(spec, spec, spec).graph
+    calls = [op for op in graph.get_operations() if op.type.startswith("PyFunc")]
+    enc = [op for op in calls if op.name.startswith("encode")]
+    dec = [op for op in calls if op.name.startswith("decode")]
+    assert len(enc) == len(dec) == 3
+    for k in (1, 2):
+        assert ancestors(enc[k - 1]) < ancestors(enc[k]) and enc[k - 1] in ancestors(enc[k])
+        assert dec[k - 1] in ancestors(dec[k])
+        assert not ancestors(enc[k]) & set(dec)  # no encode waits for a decode
+    one = tf.ones(4)
+    np.testing.assert_array_equal([y.numpy() for y in buckets(one, one * 2, one * 3)],
+                                  [np.full(4, 3.0), np.full(4, 5.0), np.full(4, 7.0)])

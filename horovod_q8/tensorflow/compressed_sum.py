@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from horovod_q8.collective import engine
 from horovod_q8.tensorflow.state import CompressionState
-from horovod_q8.tensorflow.transport import HorovodTransport
+from horovod_q8.tensorflow.transport import HorovodTransport, PhaseOrder
 
 _EAGER_STEPS = itertools.count(1)
 
@@ -24,13 +24,16 @@ def collective_name(tensor: tf.Tensor, prefix: str) -> Optional[str]:
 
 
 def compressed_sum(state: Optional[CompressionState], req: engine.Request, flat: tf.Tensor,
-                   named: bool, warmup_steps: int, base_seed: int, scale=None) -> tf.Tensor:
+                   named: bool, warmup_steps: int, base_seed: int, scale=None,
+                   order: Optional[PhaseOrder] = None) -> tf.Tensor:
     """The float32 sum over all ranks of `flat` times `scale`, sent as `req` says; the same
     bits on every rank.
 
     state: the owner of residuals and step counters (None in eager mode: no state, so no
     error feedback). named: req.key names the collectives (False in eager mode). scale: a
-    float or float32 scalar tensor applied inside the last host call (None: 1).
+    float or float32 scalar tensor applied inside the last host call (None: 1). order: the
+    phase order of the reduction this sum belongs to; not used under warm-up, whose tf.cond
+    branch is a graph of its own.
     """
     if state is None:
         step = tf.constant(next(_EAGER_STEPS), tf.int64)
@@ -45,7 +48,8 @@ def compressed_sum(state: Optional[CompressionState], req: engine.Request, flat:
     scale_in = None if scale is None else tf.cast(scale, tf.float32)
 
     def compressed():
-        return engine.compressed_sum(HorovodTransport(named), req, flat, state, seed_of, scale_in)
+        t = HorovodTransport(named, order if warmup_steps <= 0 else None)
+        return engine.compressed_sum(t, req, flat, state, seed_of, scale_in)
 
     def plain():
         total = hvd.allreduce(flat, op=hvd.Sum, name=f"{req.key}.warmup" if named else None)

@@ -16,6 +16,7 @@ from horovod_q8.collective import policy
 from horovod_q8.tensorflow import compressed_sum as C
 from horovod_q8.tensorflow.compressor import Q8Compressor, check_same_config, tell_uncompressed
 from horovod_q8.tensorflow.state import CompressionState
+from horovod_q8.tensorflow.transport import PhaseOrder
 
 DEFAULT_FUSION_BYTES = policy.DEFAULT_FUSION_BYTES
 
@@ -81,6 +82,7 @@ class FusedReducer(tf.Module):
             scale = pre * post / (n_ranks if op == hvd.Average else 1)
             buckets = policy.plan_buckets(shapes, self.fusion_bytes, 4,
                                           bool(self.compression.format.level_groups))
+            order = PhaseOrder()  # buckets in the same order on every rank, phases overlapping
             for b, members in enumerate(buckets):
                 idx = [fused[m] for m in members]
                 flat = tf.concat([C.as_flat_float32(grads[i]) for i in idx], axis=0)
@@ -92,7 +94,7 @@ class FusedReducer(tf.Module):
                 else:
                     req = policy.request(self.compression, n, group, f"q8.{name}.bucket{b}")
                     total = C.compressed_sum(self.state, req, flat, True, self.compression.warmup_steps,
-                                             self.compression.format.seed, scale=scale)
+                                             self.compression.format.seed, scale=scale, order=order)
                 parts = tf.split(total, [policy.numel(grads[i].shape) for i in idx])
                 for i, part in zip(idx, parts):
                     out[i] = tf.cast(tf.reshape(part, grads[i].shape), grads[i].dtype)

@@ -15,15 +15,47 @@ from horovod_q8.collective.transport import AlignedPool
 from horovod_q8.tensorflow.bridge import host_call
 
 
+class PhaseOrder:
+    """Host calls of one phase (their label: encode, reduce, decode) run in the order they were
+    built, one after another; different phases stay free to overlap.
+
+    Without it TensorFlow starts the buckets' encodes in any order, so the ranks submit their
+    collectives in different orders and Horovod waits for a collective that every rank has
+    submitted while the wire stays idle. In order, bucket k's bytes go out while bucket k+1 is
+    encoded. One per traced reduction: its ops belong to that graph.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict = {}
+
+    def after(self, label: str) -> list:
+        """The ops a new host call of this phase must wait for."""
+        return [self._last[label]] if label in self._last else []
+
+    def record(self, label: str, op) -> None:
+        self._last[label] = op
+
+
 class HorovodTransport:
     """One rank inside a TensorFlow graph (or eagerly). Residuals are tf.Variables: a local
-    step gets a copy and its update comes back as a second output, assigned after."""
+    step gets a copy and its update comes back as a second output, assigned after.
 
-    def __init__(self, named: bool = True) -> None:
+    order: a PhaseOrder shared by the buckets of one reduction (None: host calls unordered)."""
+
+    def __init__(self, named: bool = True, order: Optional[PhaseOrder] = None) -> None:
         self.rank, self.size = hvd.rank(), hvd.size()
         self.named = named  # eager calls go unnamed: Horovod names them itself
+        self.order = order
 
     def local(self, label: str, fn: Callable, inputs: Sequence, out, residual=None, seed=None):
+        if self.order is None:
+            return self._local(label, fn, inputs, out, residual, seed)
+        with tf.control_dependencies(self.order.after(label)):
+            y = self._local(label, fn, inputs, out, residual, seed)
+        self.order.record(label, y.op)
+        return y
+
+    def _local(self, label: str, fn: Callable, inputs: Sequence, out, residual, seed):
         seed = tf.constant(0, tf.int64) if seed is None else seed
         n, dtype = out
         out_dtype = tf.as_dtype(np.dtype(dtype))

@@ -72,6 +72,45 @@ def check_codebook(name: str) -> None:
     print(f"{name}: budget, identical bits, Sum/Average/prescale/postscale, warm-up ok", flush=True)
 
 
+def ancestors(op) -> set:
+    """Every op `op` waits for, through data and control edges."""
+    seen, todo = set(), [op]
+    while todo:
+        o = todo.pop()
+        for a in [i.op for i in o.inputs] + list(o.control_inputs):
+            if a not in seen:
+                seen.add(a)
+                todo.append(a)
+    return seen
+
+
+def check_buckets(name: str) -> None:
+    """The stock optimizer's reducer over several buckets, traced: each phase's host calls run
+    in bucket order (every rank submits its collectives in one order), no encode waits for
+    another phase; results within budget and identical on every rank."""
+    shapes = [(4099,), (10001,), (3000,), (2500,)]
+    grads = [rank_data(s, 20 + i) for i, s in enumerate(shapes)]
+    with reducer_options(fusion_bytes=4 * 10001):
+        reduce = hvd._make_allreduce_grads_fn("DistributedSGD", "", "", compressor(name), False, hvd.Average, 1.0,
+                                              None, hvd.global_process_set)
+    f = tf.function(lambda gs: reduce(gs))
+    calls = [op for op in f.get_concrete_function(grads).graph.get_operations() if op.type.startswith("PyFunc")]
+    phases: dict = {}
+    for op in calls:
+        phases.setdefault(op.name.split("/")[-1].rstrip("_0123456789"), []).append(op)
+    encodes = [op for label, ops in phases.items() if "encode" in label for op in ops]
+    assert len(encodes) >= 2, phases
+    for label, ops in phases.items():
+        for earlier, later in zip(ops, ops[1:]):
+            assert earlier in ancestors(later), (name, label, earlier.name, later.name)
+    for op in encodes:
+        assert not any(a in ancestors(op) for a in calls if a not in encodes), (name, op.name)
+    for g, y in zip(grads, f(grads)):
+        assert rel_err(y, exact(g, op=hvd.Average)) < BUDGET[name], name
+        assert same_on_all_ranks(y), name
+    print(f"{name}: {len(encodes)} buckets' host calls in phase order ok", flush=True)
+
+
 def check_pipeline(name: str) -> None:
     """A tensor sent as pieces (pipeline_elements): same budget, identical bits, Sum vs Average,
     NaN/Inf kept in their own elements, and the same result whatever the piece boundaries hit."""
@@ -190,6 +229,7 @@ def main() -> None:
         if name in BUDGET:
             check_codebook(name)
             check_tape(name)
+            check_buckets(name)
             check_pipeline(name)
         else:
             check_threshold(name)
