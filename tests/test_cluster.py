@@ -158,3 +158,36 @@ def test_without_root_a_clear_error():
                            "/usr/bin/python3", "-c", code.format(path=path)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "ClusterError: the emulated cluster needs root" in proc.stderr, proc.stderr
+
+
+def test_core_groups_give_each_host_its_own_cores():
+    from horovod_q8.cluster.mpirun import core_groups
+
+    assert core_groups(2, [0, 1]) == ["0", "1"]
+    assert core_groups(2, [0, 1, 2, 3, 4]) == ["0,1", "2,3"]
+    assert core_groups(1, [3, 5]) == ["3,5"]
+    with pytest.raises(ClusterError, match="a core per host: 2 usable cores for 3 hosts"):
+        core_groups(3, [0, 1])
+
+
+@root_only
+def test_pinned_hosts_run_on_their_own_cores(tmp_path):
+    """--pin-cores: each host's rank (mpirun's local one and the agent's) may use only its cores."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs 2 cores")
+    probe = tmp_path / "probe.py"
+    probe.write_text("import os\nr = os.environ['OMPI_COMM_WORLD_RANK']\n"
+                     "print('rank', r, 'cores', sorted(os.sched_getaffinity(0)), flush=True)\n")
+    rc, out = cli("cluster", "--hosts", "2", "--bandwidth", "none", "--pin-cores", "--timeout", "120", "--",
+                  sys.executable, str(probe))
+    assert rc == 0, out[-3000:]
+    per = len(cores) // 2
+    for r in (0, 1):
+        assert f"rank {r} cores {cores[r * per:(r + 1) * per]}" in out, out[-3000:]
+
+
+@root_only
+def test_pin_cores_with_too_few_cores_is_a_clear_error():
+    rc, out = cli("cluster", "--hosts", str(len(os.sched_getaffinity(0)) + 1), "--pin-cores", "--", "true")
+    assert rc == 2 and "a core per host" in out, out

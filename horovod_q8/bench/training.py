@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from horovod_q8.cores import share, usable_cores
 from horovod_q8.formats import COMPRESSION_NAMES
 from horovod_q8.workloads.compare import horovodrun
 from horovod_q8.workloads.train import ARCHITECTURES, DATASETS, HOROVOD_OWN, number_problems, refuse
@@ -35,6 +36,7 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("--hosts", action="store_true",
                    help="one rank per emulated host (`horovod-q8 cluster`, needs root) instead of loopback")
     p.add_argument("--bandwidth", default="1gbit", help="with --hosts: each host's link")
+    p.add_argument("--pin-cores", action="store_true", help="with --hosts: each host on cores of its own")
     p.add_argument("--batch-size", type=int, default=16, help="per rank")
     p.add_argument("--steps-per-epoch", type=int, default=20)
     p.add_argument("--epochs", type=int, default=2, help="images/s is taken after the first 2 batches")
@@ -73,7 +75,8 @@ def launch(args: argparse.Namespace, ranks: int, job: List[str]) -> List[str]:
     job = [str(bin_dir / job[0]) if (bin_dir / job[0]).exists() else job[0], *job[1:]]
     if args.hosts and ranks > 1:
         return [sys.executable, "-m", "horovod_q8.cli", "cluster", "--hosts", str(ranks),
-                "--bandwidth", args.bandwidth, "--timeout", str(args.timeout), "--", *job]
+                "--bandwidth", args.bandwidth, "--timeout", str(args.timeout),
+                *(["--pin-cores"] if args.pin_cores else []), "--", *job]
     return [horovodrun(), "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo", *job]
 
 
@@ -85,14 +88,16 @@ def cpu_ticks() -> List[int]:
 
 
 def cores_per_rank(args: argparse.Namespace) -> int:
-    return max(1, (os.cpu_count() or 1) // args.ranks)
+    return share(args.ranks)
 
 
 def compute_only_prefix(args: argparse.Namespace) -> List[str]:
     """The one-rank run gets the cores one rank of the job gets (the job's ranks share this
     machine), else its compute would look faster than any rank's in the job."""
-    cores, per_rank = os.cpu_count() or 1, cores_per_rank(args)
-    return ["taskset", "-c", f"0-{per_rank - 1}"] if per_rank < cores and shutil.which("taskset") else []
+    cores, per_rank = usable_cores(), cores_per_rank(args)
+    if per_rank >= len(cores) or not shutil.which("taskset"):
+        return []
+    return ["taskset", "-c", ",".join(str(c) for c in cores[:per_rank])]
 
 
 def one_run(args: argparse.Namespace, compression: str, ranks: int, out: Path) -> Dict:
@@ -139,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
                      f"{100 * r['test_accuracy']:.1f}", f"{r['machine_busy']:.0%}"])
     if compute_ms is not None:
         print(f"\ncompute only (1 rank on {cores_per_rank(args)} "
-              f"of {os.cpu_count()} cores, nothing sent): {compute_ms:.0f} ms per step", flush=True)
+              f"of {len(usable_cores())} cores, nothing sent): {compute_ms:.0f} ms per step", flush=True)
     print("\n" + markdown(["compression", "images/s", "step ms", "not compute", "MB sent/rank/step",
                            "vs fp16", "vs fp32", "test acc %", "machine busy"], rows), flush=True)
     print("\nimages/s: steady state, after the first 2 batches; not compute: 1 - compute-only step / step; "

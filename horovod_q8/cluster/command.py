@@ -20,6 +20,8 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("--slots", type=int, default=1, help="processes per host")
     p.add_argument("--allreduce", choices=["ring", "default"], default="ring",
                    help="OpenMPI's allreduce algorithm for uncompressed tensors")
+    p.add_argument("--pin-cores", action="store_true",
+                   help="give each host cores of its own (taskset), as real hosts have; needs a core per host")
     p.add_argument("--subnet", default="10.99.0.0/24")
     p.add_argument("--timeout", type=float, default=None, help="seconds before the job is stopped")
     p.add_argument("--log", default=None, help="also write the job's output here")
@@ -43,10 +45,11 @@ def run(args: argparse.Namespace) -> int:
         bandwidth = None if args.bandwidth.lower() == "none" else parse_rate(args.bandwidth)
         cluster = Cluster(args.hosts, bandwidth, parse_time(args.latency), args.subnet)
         print(f"horovod-q8 cluster: {args.hosts} hosts {' '.join(cluster.addresses)}, "
-              f"{args.bandwidth} per link, latency {args.latency}, allreduce {args.allreduce}", flush=True)
+              f"{args.bandwidth} per link, latency {args.latency}, allreduce {args.allreduce}"
+              + (", each host on cores of its own" if args.pin_cores else ""), flush=True)
         log = open(args.log, "w") if args.log else None
         try:
-            return run_job(cluster, job, args.slots, args.allreduce == "ring", args.timeout, log)
+            return run_job(cluster, job, args.slots, args.allreduce == "ring", args.timeout, log, args.pin_cores)
         finally:
             if log is not None:
                 log.close()

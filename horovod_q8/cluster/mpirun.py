@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO, List, Optional, Sequence
 
 from horovod_q8.cluster.netns import HOST_IFACE, Cluster, ClusterError
+from horovod_q8.cores import share, usable_cores
 
 # OpenMPI's tuned ring allreduce: its default choice took twice as long on these links. The
 # compressed schedule's collectives: a ring allgatherv (a Sendrecv ring moved 0.90 Gbit/s per
@@ -26,15 +27,30 @@ FORWARDED_PREFIXES = ("HOROVOD_", "TF_", "OMP_", "NUMBA_", "PYTHON", "HQ8_")
 FORWARDED = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "HOME")
 
 
-def write_agent(cluster: Cluster, directory: str) -> str:
-    """The plm_rsh_agent: `agent HOST COMMAND...` runs COMMAND in HOST's namespace."""
-    cases = "\n".join(f"  {a}) ns={cluster.namespace(i)};;" for i, a in enumerate(cluster.addresses))
+def core_groups(hosts: int, cores: Sequence[int]) -> List[str]:
+    """Each emulated host's own cores, as taskset lists: equal shares, in order.
+
+    Unpinned, the hosts share every core, and a rank waiting on the wire (MPI polls while it
+    waits) takes CPU time from another host's compute, which a real cluster never does.
+    """
+    per = len(cores) // hosts
+    if per == 0:
+        raise ClusterError(f"--pin-cores needs a core per host: {len(cores)} usable cores for {hosts} hosts")
+    return [",".join(str(c) for c in cores[i * per:(i + 1) * per]) for i in range(hosts)]
+
+
+def write_agent(cluster: Cluster, directory: str, cores: Optional[Sequence[str]] = None) -> str:
+    """The plm_rsh_agent: `agent HOST COMMAND...` runs COMMAND in HOST's namespace (on the
+    host's own cores when `cores` gives them)."""
+    cases = "\n".join(f"  {a}) ns={cluster.namespace(i)}; cpus={cores[i] if cores else ''};;"
+                      for i, a in enumerate(cluster.addresses))
     path = Path(directory) / "netns-agent"
+    pin = 'taskset -c "$cpus" ' if cores else ""
     path.write_text(
         "#!/bin/sh\n# written by horovod_q8.cluster: ssh's place for the emulated hosts\n"
         'host=$1; shift\ncase "$host" in\n'
         f'{cases}\n  *) echo "netns-agent: unknown host $host" >&2; exit 255;;\nesac\n'
-        'exec ip netns exec "$ns" sh -c "$*"\n')
+        f'exec {pin}ip netns exec "$ns" sh -c "$*"\n')
     path.chmod(0o755)
     return str(path)
 
@@ -43,7 +59,7 @@ def job_environment(processes: int) -> dict:
     """This environment, with this interpreter's bin first on PATH (for venv entry points) and
     this machine's cores shared among the emulated processes unless thread counts are set."""
     env = dict(os.environ)
-    threads = str(max(1, (os.cpu_count() or 1) // processes))
+    threads = str(share(processes))
     for k in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS"):
         env.setdefault(k, threads)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
@@ -53,12 +69,14 @@ def job_environment(processes: int) -> dict:
 
 
 def mpirun_command(cluster: Cluster, agent: str, command: Sequence[str], slots: int = 1,
-                   ring: bool = True, env: Optional[dict] = None) -> List[str]:
-    """The full command line, `ip netns exec <host 0> mpirun ... command`."""
+                   ring: bool = True, env: Optional[dict] = None, cores: Optional[Sequence[str]] = None) -> List[str]:
+    """The full command line, `ip netns exec <host 0> mpirun ... command` (under `taskset`
+    with host 0's cores when `cores` gives each host's; the agent pins the others)."""
     env = os.environ if env is None else env
     hosts = ",".join(f"{a}:{slots}" for a in cluster.addresses)
     forwarded = sorted(k for k in env if k in FORWARDED or k.startswith(FORWARDED_PREFIXES))
-    cmd = ["ip", "netns", "exec", cluster.namespace(0),
+    pin = ["taskset", "-c", cores[0]] if cores else []
+    cmd = [*pin, "ip", "netns", "exec", cluster.namespace(0),
            "mpirun", "--allow-run-as-root", "-np", str(cluster.hosts * slots), "--host", hosts,
            "--map-by", "slot", "--bind-to", "none",
            "--mca", "plm_rsh_agent", agent,
@@ -85,8 +103,10 @@ def _raise_interrupted(signum, frame):
 
 
 def run_job(cluster: Cluster, command: Sequence[str], slots: int = 1, ring: bool = True,
-            timeout: Optional[float] = None, log: Optional[IO[str]] = None) -> int:
+            timeout: Optional[float] = None, log: Optional[IO[str]] = None, pin_cores: bool = False) -> int:
     """Bring the cluster up, run command on every host, stream its output, always tear down.
+
+    pin_cores: each host's processes on cores of their own (`core_groups`).
 
     Returns the job's exit status (124 on timeout, 130 on SIGINT/SIGTERM).
     """
@@ -94,13 +114,14 @@ def run_job(cluster: Cluster, command: Sequence[str], slots: int = 1, ring: bool
         raise ClusterError("no command to run on the cluster (put it after `--`)")
     previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
     proc: Optional[subprocess.Popen] = None
+    cores = core_groups(cluster.hosts, usable_cores()) if pin_cores else None
     try:
         with cluster, tempfile.TemporaryDirectory(prefix="hq8-cluster-") as tmp:
-            agent = write_agent(cluster, tmp)
+            agent = write_agent(cluster, tmp, cores)
             env = job_environment(cluster.hosts * slots)
             # for jobs that rendezvous without MPI (torch.distributed): host 0 and its device
             env.update(HOROVOD_Q8_HOST0=cluster.addresses[0], HOROVOD_Q8_IFACE=HOST_IFACE)
-            cmd = mpirun_command(cluster, agent, command, slots, ring, env)
+            cmd = mpirun_command(cluster, agent, command, slots, ring, env, cores)
             try:
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True, env=env, start_new_session=True)

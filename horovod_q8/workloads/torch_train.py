@@ -12,6 +12,7 @@ from typing import List
 
 import numpy as np
 
+from horovod_q8.cores import share
 from horovod_q8.workloads import train as T
 
 # (option, value it must keep): TensorFlow-only options, refused when given.
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> dict:
             setattr(args, k, v)
     hvd.init()
     check_world_size(hvd.size())
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // hvd.local_size()))
+    torch.set_num_threads(share(hvd.local_size()))
     torch.manual_seed(args.seed)
     if args.synthetic:
         steps = args.steps_per_epoch or 20

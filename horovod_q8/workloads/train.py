@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
+from horovod_q8.cores import share
 from horovod_q8.formats import CODEBOOK, COMPRESSION_NAMES, get, names
 
 DATASETS = ("mnist", "cifar10", "imagenet")
@@ -429,8 +430,7 @@ def steady_rate(ends: List[float], images_per_step: int, skip: int = 2) -> float
 
 
 def _threads(tf, hvd) -> None:
-    cores = os.cpu_count() or 1
-    per_rank = max(1, cores // hvd.local_size())
+    per_rank = share(hvd.local_size())
     tf.config.threading.set_intra_op_parallelism_threads(per_rank)
     tf.config.threading.set_inter_op_parallelism_threads(per_rank)
     try:
