@@ -44,3 +44,15 @@ def test_runs_on_loopback_and_prints_the_table():
     rows = re.findall(r"^\| (none|q8) \| ([0-9.]+) \|", proc.stdout, re.M)
     assert [r[0] for r in rows] == ["none", "q8"] and all(float(r[1]) > 0 for r in rows), proc.stdout
     assert "compute only (1 rank on" in proc.stdout
+
+
+def test_steady_rate_leaves_out_the_time_between_epochs():
+    """Validation between epochs is not a training step: with it counted, every compression's
+    steps would grow by the same time and their ratios move towards 1."""
+    from horovod_q8.workloads.train import steady_rate
+
+    one_epoch = [[0.0, 1.0, 2.0, 2.5, 3.0]]  # the first 2 batches skipped: 2 steps in 1 s
+    assert steady_rate(one_epoch, 8) == pytest.approx(16.0)
+    with_validation = [[0.0, 1.0, 2.0, 2.5, 3.0], [30.0, 30.5, 31.0]]  # 27 s of validation between
+    assert steady_rate(with_validation, 8) == pytest.approx(4 * 8 / 2.0)
+    assert steady_rate([[0.0, 1.0]], 8) == 0.0

@@ -4,6 +4,7 @@ the host's namespace where a real cluster would ssh."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -114,7 +115,11 @@ def run_job(cluster: Cluster, command: Sequence[str], slots: int = 1, ring: bool
         raise ClusterError("no command to run on the cluster (put it after `--`)")
     previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
     proc: Optional[subprocess.Popen] = None
-    cores = core_groups(cluster.hosts, usable_cores()) if pin_cores else None
+    cores = None
+    if pin_cores:
+        if shutil.which("taskset") is None:
+            raise ClusterError("--pin-cores needs taskset (util-linux)")
+        cores = core_groups(cluster.hosts, usable_cores())
     try:
         with cluster, tempfile.TemporaryDirectory(prefix="hq8-cluster-") as tmp:
             agent = write_agent(cluster, tmp, cores)

@@ -117,10 +117,11 @@ def run(args: argparse.Namespace) -> dict:
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     loss_fn = torch.nn.CrossEntropyLoss()
 
-    ends: List[float] = []
+    ends: List[List[float]] = []  # batch end times, per epoch
     losses, accs = [], []
     start = time.perf_counter()
     for epoch in range(args.epochs):
+        ends.append([])
         seed = T.epoch_seed(args.seed, epoch)
         torch.manual_seed(seed)  # dropout masks: a function of (seed, epoch)
         order = np.random.default_rng(seed).permutation(len(x))
@@ -135,7 +136,7 @@ def run(args: argparse.Namespace) -> dict:
             loss.backward()
             opt.step()
             total += float(loss)
-            ends.append(time.perf_counter())
+            ends[-1].append(time.perf_counter())
         loss_avg = float(hvd.allreduce(torch.tensor([total / steps]), name=f"horovod_q8.train.loss{epoch}"))
         losses.append(loss_avg)
         accs.append(_evaluate(model, hvd, torch, xt, yt))

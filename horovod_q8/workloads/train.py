@@ -415,24 +415,38 @@ def _step_timer(tf):
     class StepTimer(tf.keras.callbacks.Callback):
         def __init__(self):
             super().__init__()
-            self.ends: List[float] = []
+            self.ends: List[List[float]] = []  # per epoch
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.ends.append([])
 
         def on_train_batch_end(self, batch, logs=None):
-            self.ends.append(time.perf_counter())
+            self.ends[-1].append(time.perf_counter())
     return StepTimer()
 
 
-def steady_rate(ends: List[float], images_per_step: int, skip: int = 2) -> float:
-    """Images/s over the batches after the first `skip` (graph tracing, warm-up)."""
-    if len(ends) <= skip + 1:
-        return 0.0
-    return (len(ends) - 1 - skip) * images_per_step / (ends[-1] - ends[skip])
+def steady_rate(epochs: Sequence[Sequence[float]], images_per_step: int, skip: int = 2) -> float:
+    """Images/s over the batches after the run's first `skip` (graph tracing, warm-up), from
+    the batch end times of each epoch. Only intervals inside an epoch count: the time between
+    epochs (validation, callbacks) is not a training step, and it would add the same time to
+    every compression's steps and pull their ratios towards 1."""
+    steps, seconds, seen = 0, 0.0, 0
+    for ends in epochs:
+        for k in range(1, len(ends)):
+            if seen + k > skip:
+                steps += 1
+                seconds += ends[k] - ends[k - 1]
+        seen += len(ends)
+    return steps * images_per_step / seconds if seconds > 0 else 0.0
 
 
 def _threads(tf, hvd) -> None:
     per_rank = share(hvd.local_size())
     tf.config.threading.set_intra_op_parallelism_threads(per_rank)
-    tf.config.threading.set_inter_op_parallelism_threads(per_rank)
+    # At least 2 inter-op threads even on one core: a host call holds its thread while it
+    # codes, and with one the rest of the step (the backward pass, the next bucket) waits for
+    # it (q8's MLP step on a pinned core: 803 ms with 1, 604-615 with 2; session 9).
+    tf.config.threading.set_inter_op_parallelism_threads(max(2, per_rank))
     try:
         import numba
         numba.set_num_threads(min(per_rank, numba.config.NUMBA_NUM_THREADS))
