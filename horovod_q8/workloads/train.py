@@ -14,7 +14,6 @@ import functools
 import hashlib
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
