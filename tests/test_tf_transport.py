@@ -10,6 +10,7 @@ pytest.importorskip("horovod.tensorflow")
 
 from horovod_q8.collective.transport import AlignedPool  # noqa: E402
 from horovod_q8.tensorflow import transport as T  # noqa: E402
+from parallel.graph_edges import ancestors  # noqa: E402
 
 SIZES = [5000, 5000, 123]
 PARTS = [np.arange(s, dtype=np.float32) + 10_000 * k for k, s in enumerate(SIZES)]
@@ -108,18 +109,6 @@ def test_independent_host_calls_are_not_chained():
     assert not any(c in op.control_inputs for op in calls for c in calls)
     one = tf.ones(4)
     np.testing.assert_array_equal([y.numpy() for y in two(one, one)], [np.full(4, 2.0), np.full(4, 3.0)])
-
-
-def ancestors(op) -> set:
-    """Every op `op` waits for, through data and control edges."""
-    seen, todo = set(), [op]
-    while todo:
-        o = todo.pop()
-        for a in [i.op for i in o.inputs] + list(o.control_inputs):
-            if a not in seen:
-                seen.add(a)
-                todo.append(a)
-    return seen
 
 
 def test_a_phase_runs_in_build_order_and_phases_overlap():

@@ -20,6 +20,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from horovod_q8.cores import share
+
 BASELINES = ("none", "fp16")  # DDP's allreduce; torch's fp16_compress_hook
 
 
@@ -98,7 +100,7 @@ def measure(args, rank: int, size: int) -> Optional[Dict[str, tuple]]:
     import torch
     import torch.distributed as dist
 
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
+    torch.set_num_threads(share(size))
     names = args.compressions.split(",")
     models = {name: _hooked(torch, args, name) for name in names}
     opts = {name: torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9) for name, (m, _) in models.items()}

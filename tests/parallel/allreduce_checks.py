@@ -16,6 +16,7 @@ import tensorflow as tf
 from horovod_q8.tensorflow import compressor
 from horovod_q8.tensorflow.horovod_api import reducer_options
 from horovod_q8.tensorflow.tape import DistributedGradientTape
+from graph_edges import ancestors
 
 hvd.init()
 N, RANK = hvd.size(), hvd.rank()
@@ -70,18 +71,6 @@ def check_codebook(name: str) -> None:
         else:
             assert 0 < rel_err(y, exact(x, op=hvd.Average)) < BUDGET[name]
     print(f"{name}: budget, identical bits, Sum/Average/prescale/postscale, warm-up ok", flush=True)
-
-
-def ancestors(op) -> set:
-    """Every op `op` waits for, through data and control edges."""
-    seen, todo = set(), [op]
-    while todo:
-        o = todo.pop()
-        for a in [i.op for i in o.inputs] + list(o.control_inputs):
-            if a not in seen:
-                seen.add(a)
-                todo.append(a)
-    return seen
 
 
 def check_buckets(name: str) -> None:
