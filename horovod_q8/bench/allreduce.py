@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> None:
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
-    from horovod_q8.bench.common import machine, markdown, timeit
+    from horovod_q8.bench.breakdown import slowest_per_round
+    from horovod_q8.bench.common import machine, markdown, round_ratios, rounds
     from horovod_q8.tensorflow import compressor
     from horovod_q8.tensorflow.traffic import bytes_per_step
 
@@ -62,16 +63,17 @@ def run(args: argparse.Namespace) -> None:
     if rank0:
         print(f"# allreduce benchmark: {hvd.size()} ranks, {machine()}\n", flush=True)
 
-    def report(title: str, results: dict) -> None:
+    def report(title: str, times: dict, nbytes: dict) -> None:
         if not rank0:
             return
-        base, half = results.get("none"), results.get("fp16")
-        rows = []
-        for name, (t, nbytes) in results.items():
-            rows.append([name, t * 1e3, nbytes / 1e6, base[0] / t if base else "",
-                         half[0] / t if half else ""])
+        vs32, vs16 = round_ratios(times, "none"), round_ratios(times, "fp16")
+        rows = [[name, float(np.median(ts)) * 1e3, nbytes[name] / 1e6, vs32.get(name, ("",))[0],
+                 vs16.get(name, ("",))[0], "%.2f-%.2f" % vs16[name][1:] if name in vs16 else ""]
+                for name, ts in times.items()]
         print(f"## {title}\n\n" + markdown(["compression", "ms", "MB sent/rank", "speedup vs fp32",
-                                           "speedup vs fp16"], rows) + "\n", flush=True)
+                                           "speedup vs fp16", "vs fp16, range over rounds"], rows)
+              + f"\n\nms: the slowest rank's median of {args.repeats} rounds, every compression once "
+              "per round in rotating order; speedups: the median of the ratios within a round\n", flush=True)
 
     if args.breakdown:
         from horovod_q8.bench import breakdown
@@ -81,13 +83,13 @@ def run(args: argparse.Namespace) -> None:
         for mb in [float(s) for s in args.sizes_mb.split(",")]:
             n = int(mb * 2 ** 20 / 4)
             x = tf.constant(np.random.default_rng(hvd.rank()).standard_normal(n).astype(np.float32))
-            results = {}
+            fns, nbytes = {}, {}
             for name, pipe in names:
                 comp = compressor(name, pipeline_elements=pipe) if pipe else compressor(name)
                 f = tf.function(lambda t, c=comp: hvd.allreduce(t, compression=c, name=f"b{mb}"))
-                t = timeit(lambda: f(x).numpy(), args.repeats)
-                results[label(name, pipe)] = (t, bytes_per_step([(n,)], comp, hvd.size()))
-            report(f"one tensor of {mb:g} MB ({n} float32)", results)
+                fns[label(name, pipe)] = lambda f=f: f(x).numpy()
+                nbytes[label(name, pipe)] = bytes_per_step([(n,)], comp, hvd.size())
+            report(f"one tensor of {mb:g} MB ({n} float32)", slowest_per_round(rounds(fns, args.repeats)), nbytes)
 
     if args.resnet50:
         shapes = resnet50_shapes()
@@ -95,17 +97,18 @@ def run(args: argparse.Namespace) -> None:
                  for i, s in enumerate(shapes)]
         modes = [(False, float(mb)) for mb in args.fusion_mb.split(",")] + ([] if args.no_per_tensor else [(True, 0.0)])
         for per_tensor, fusion_mb in modes:
-            results = {}
+            fns, nbytes = {}, {}
             for name, pipe in names:
                 comp = compressor(name, pipeline_elements=pipe) if pipe else compressor(name)
                 fn = optimizer_reducer(comp, per_tensor, int(fusion_mb * 2 ** 20))
-                t = timeit(lambda: [g.numpy() for g in fn(grads)], args.repeats)
-                results[label(name, pipe)] = (t, bytes_per_step(shapes, comp, hvd.size(), fused=not per_tensor,
-                                                                fusion_bytes=int(fusion_mb * 2 ** 20) or 1))
+                fns[label(name, pipe)] = lambda fn=fn: [g.numpy() for g in fn(grads)]
+                nbytes[label(name, pipe)] = bytes_per_step(shapes, comp, hvd.size(), fused=not per_tensor,
+                                                           fusion_bytes=int(fusion_mb * 2 ** 20) or 1)
+            times = slowest_per_round(rounds(fns, args.repeats))
             n = sum(int(np.prod(s)) for s in shapes)
             how = ("per tensor (HOROVOD_Q8_FUSED=0: Horovod calls the compressor per gradient)" if per_tensor
                    else f"the stock hvd.DistributedOptimizer path (horovod_q8: fused buckets of {fusion_mb:g} MiB)")
-            report(f"ResNet-50 gradients ({len(shapes)} tensors, {n} float32), {how}", results)
+            report(f"ResNet-50 gradients ({len(shapes)} tensors, {n} float32), {how}", times, nbytes)
 
 
 def optimizer_reducer(comp, per_tensor: bool, fusion_bytes: int = 64 << 20):

@@ -5,7 +5,9 @@ Per compression, in one run: the whole op; the codec kernels (time inside every 
 recorded by `tensorflow.bridge.PROFILE`); the same byte collectives alone (hvd.alltoall and
 hvd.allgather of uint8 buffers of the op's sizes); the host calls alone (the same calls
 returning buffers of the op's sizes without coding: TensorFlow's boundary and allocation);
-and the rest (waiting, scheduling, decompress ops). Every figure is the slowest rank's median.
+and the rest (waiting, scheduling, decompress ops). Every figure is the slowest rank's median;
+the whole ops of every row are timed in rounds (`common.rounds`), so their ratios come from
+the same minutes of a shared machine.
 """
 from __future__ import annotations
 
@@ -28,6 +30,19 @@ def _median_slowest(fn: Callable[[], object], repeats: int) -> float:
         times.append(time.perf_counter() - t)
     mine = float(np.median(times))
     return float(hvd.allreduce(tf.constant(mine, tf.float64), op=hvd.Max, name="breakdown.max"))
+
+
+def slowest_per_round(times: Dict[str, List[float]]) -> Dict[str, List[float]]:
+    """Every rank's `common.rounds` times -> the slowest rank's time of each name in each round."""
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    names = list(times)
+    if not names:
+        return {}
+    mine = np.array([times[k] for k in names], dtype=np.float64)
+    worst = hvd.allreduce(tf.constant(mine), op=hvd.Max, name=f"bench.rounds.{mine.shape[0]}x{mine.shape[1]}")
+    return {k: [float(v) for v in row] for k, row in zip(names, worst.numpy())}
 
 
 def _page_faults(fn: Callable[[], object], calls: int = 3) -> float:
@@ -61,10 +76,24 @@ def _profiled(fn: Callable[[], object]) -> Dict[str, float]:
             "gaps": gaps, "tail": end - max(r[2] for r in records)}
 
 
-def compressed_phases(name: str, x, repeats: int, pipe: int = 0) -> Dict[str, float]:
-    """Total, codec, collectives alone, host calls alone and the rest, for one compression
-    (in pieces of `pipe` elements when > 0: collectives and host calls alone are then those of
-    the whole tensor, and the rest can be negative, the overlap)."""
+def _op(name: str, pipe: int):
+    """The tf.function op of one row: Horovod's none / fp16 or a horovod_q8 format."""
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    from horovod_q8.tensorflow import compressor
+
+    if name in ("none", "fp16"):
+        comp = hvd.Compression.fp16 if name == "fp16" else hvd.Compression.none
+    else:
+        comp = compressor(name, pipeline_elements=pipe)
+    return tf.function(lambda t: hvd.allreduce(t, compression=comp, op=hvd.Average, name=f"bd.{name}.{pipe}"))
+
+
+def compressed_phases(name: str, x, repeats: int, pipe: int, op, total: float) -> Dict[str, float]:
+    """Codec, collectives alone, host calls alone and the rest of one compression whose whole
+    op took `total` seconds (in pieces of `pipe` elements when > 0: collectives and host calls
+    alone are then those of the whole tensor, and the rest can be negative, the overlap)."""
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
@@ -73,8 +102,6 @@ def compressed_phases(name: str, x, repeats: int, pipe: int = 0) -> Dict[str, fl
     from horovod_q8.tensorflow.transport import HorovodTransport
 
     comp = compressor(name, pipeline_elements=pipe)
-    op = tf.function(lambda t: hvd.allreduce(t, compression=comp, op=hvd.Average, name=f"bd.{name}.{pipe}"))
-    total = _median_slowest(lambda: op(x).numpy(), repeats)
     faults = _page_faults(lambda: op(x).numpy())
     split = [_profiled(lambda: op(x).numpy()) for _ in range(3)]
     split = {k: float(np.median([d[k] for d in split])) for k in split[0]}
@@ -112,17 +139,13 @@ def compressed_phases(name: str, x, repeats: int, pipe: int = 0) -> Dict[str, fl
             "bytes_sent": float(policy.decide(comp, True, n, hvd.size()).bytes_compressed)}
 
 
-def baseline_phases(name: str, x, repeats: int) -> Dict[str, float]:
+def baseline_phases(name: str, x, op) -> Dict[str, float]:
     """Horovod's none / fp16: the whole op only (its phases run inside Horovod)."""
     import horovod.tensorflow as hvd
-    import tensorflow as tf
 
     from horovod_q8.collective import policy
 
-    comp = hvd.Compression.fp16 if name == "fp16" else hvd.Compression.none
-    op = tf.function(lambda t: hvd.allreduce(t, compression=comp, op=hvd.Average, name=f"bd.{name}"))
-    total = _median_slowest(lambda: op(x).numpy(), repeats)
-    return {"total": total, "faults": _page_faults(lambda: op(x).numpy()),
+    return {"faults": _page_faults(lambda: op(x).numpy()),
             "bytes_sent": policy.ring_bytes(int(x.shape[0]), 2 if name == "fp16" else 4, hvd.size())}
 
 
@@ -131,25 +154,31 @@ def run(elements: int, names: List[tuple], repeats: int) -> Dict[str, Dict[str, 
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
-    from horovod_q8.bench.common import machine, markdown
+    from horovod_q8.bench.common import machine, markdown, round_ratios, rounds
 
     x = tf.constant(np.random.default_rng(hvd.rank()).standard_normal(elements).astype(np.float32))
+    ops = {(f"{name}/p{pipe}" if pipe else name): (name, pipe, _op(name, pipe)) for name, pipe in names}
+    totals = slowest_per_round(rounds({k: (lambda op=op: op(x).numpy()) for k, (_, _, op) in ops.items()},
+                                      repeats))
+    vs16 = round_ratios(totals, "fp16")
     rows = {}
-    for name, pipe in names:
-        label = f"{name}/p{pipe}" if pipe else name
-        rows[label] = (baseline_phases(name, x, repeats) if name in ("none", "fp16")
-                       else compressed_phases(name, x, repeats, pipe))
+    for label, (name, pipe, op) in ops.items():
+        total = float(np.median(totals[label]))
+        rows[label] = dict(baseline_phases(name, x, op) if name in ("none", "fp16")
+                           else compressed_phases(name, x, repeats, pipe, op, total), total=total)
     if hvd.rank() == 0:
-        fp16 = rows.get("fp16", {}).get("total")
         print(f"## breakdown: one tensor of {elements} float32, {hvd.size()} ranks, {machine()}\n")
         nan = float("nan")
         phases = ("codec", "collectives", "host_calls", "rest", "head", "gaps", "tail")
         table = [[name, r["total"] * 1e3, *[r.get(k, nan) * 1e3 for k in phases], r["faults"] / 1e3,
-                  r["bytes_sent"] / 1e6, fp16 / r["total"] if fp16 else ""] for name, r in rows.items()]
+                  r["bytes_sent"] / 1e6, *(vs16[name] if vs16 else ("", "", ""))] for name, r in rows.items()]
         print(markdown(["compression", "total ms", "codec kernels ms", "collectives alone ms",
                         "host calls alone ms", "rest ms", "head ms", "gaps ms", "tail ms",
-                        "page faults/op (k, rank 0)", "MB sent/rank", "speedup vs fp16"], table), flush=True)
-        print("\ncodec kernels: time inside the host calls; collectives / host calls alone: the same "
+                        "page faults/op (k, rank 0)", "MB sent/rank", "speedup vs fp16",
+                        "lowest", "highest"], table), flush=True)
+        print(f"\ntotal: the slowest rank's median of {repeats} rounds, every compression once per round "
+              "in rotating order; speedup vs fp16: the median (lowest, highest) of the ratios within a "
+              "round. codec kernels: time inside the host calls; collectives / host calls alone: the same "
               "byte collectives, and the same host calls without coding, each timed by itself; rest: "
               "total minus those three. One profiled call split at its host calls: head (before the "
               "first), gaps (between them: the collectives and any waiting), tail (after the last: "

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import platform
 import time
-from typing import Callable, List, Sequence
+from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -20,6 +20,34 @@ def timeit(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
         times.append(time.perf_counter() - t)
     times.sort()
     return times[len(times) // 2]
+
+
+def rounds(fns: Dict[str, Callable[[], object]], repeats: int) -> Dict[str, List[float]]:
+    """Wall seconds of every fn in each of `repeats` rounds, each fn once per round after one
+    warm-up call each, the order rotated every round: a slow spell of a shared machine then
+    hits every compression alike instead of whichever ran during it (fp16 alone measured 539
+    to 1069 ms for the same tensor in different runs here, session 10)."""
+    names = list(fns)
+    for name in names:
+        fns[name]()
+    times: Dict[str, List[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            t = time.perf_counter()
+            fns[name]()
+            times[name].append(time.perf_counter() - t)
+    return times
+
+
+def round_ratios(times: Dict[str, List[float]], base: str) -> Dict[str, Tuple[float, float, float]]:
+    """name -> (median, min, max) over rounds of base's time / name's time in the same round."""
+    if base not in times:
+        return {}
+    out = {}
+    for name, ts in times.items():
+        r = np.asarray(times[base]) / np.asarray(ts)
+        out[name] = (float(np.median(r)), float(r.min()), float(r.max()))
+    return out
 
 
 def machine() -> str:
