@@ -77,7 +77,7 @@ def _profiled(fn: Callable[[], object]) -> Dict[str, float]:
 
 
 def _op(name: str, pipe: int):
-    """The tf.function op of one row: Horovod's none / fp16 or a horovod_q8 format."""
+    """(compression, its tf.function op) of one row: Horovod's none / fp16 or a horovod_q8 format."""
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
@@ -87,12 +87,13 @@ def _op(name: str, pipe: int):
         comp = hvd.Compression.fp16 if name == "fp16" else hvd.Compression.none
     else:
         comp = compressor(name, pipeline_elements=pipe)
-    return tf.function(lambda t: hvd.allreduce(t, compression=comp, op=hvd.Average, name=f"bd.{name}.{pipe}"))
+    return comp, tf.function(lambda t: hvd.allreduce(t, compression=comp, op=hvd.Average,
+                                                     name=f"bd.{name}.{pipe}"))
 
 
-def compressed_phases(name: str, x, repeats: int, pipe: int, op, total: float) -> Dict[str, float]:
-    """Codec, collectives alone, host calls alone and the rest of one compression whose whole
-    op took `total` seconds (in pieces of `pipe` elements when > 0: collectives and host calls
+def compressed_phases(name: str, x, repeats: int, pipe: int, comp, op, total: float) -> Dict[str, float]:
+    """Codec, collectives alone, host calls alone and the rest of one compression (`comp`, as
+    `_op` made it with `op`) whose whole op took `total` seconds (in pieces of `pipe` elements when > 0: collectives and host calls
     alone are then those of the whole tensor, and the rest can be negative, the overlap)."""
     import horovod.tensorflow as hvd
     import tensorflow as tf
@@ -101,7 +102,6 @@ def compressed_phases(name: str, x, repeats: int, pipe: int, op, total: float) -
     from horovod_q8.tensorflow import compressor
     from horovod_q8.tensorflow.transport import HorovodTransport
 
-    comp = compressor(name, pipeline_elements=pipe)
     faults = _page_faults(lambda: op(x).numpy())
     split = [_profiled(lambda: op(x).numpy()) for _ in range(3)]
     split = {k: float(np.median([d[k] for d in split])) for k in split[0]}
@@ -154,18 +154,19 @@ def run(elements: int, names: List[tuple], repeats: int) -> Dict[str, Dict[str, 
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
+    from horovod_q8.bench.allreduce import label as row_label
     from horovod_q8.bench.common import machine, markdown, round_ratios, rounds
 
     x = tf.constant(np.random.default_rng(hvd.rank()).standard_normal(elements).astype(np.float32))
-    ops = {(f"{name}/p{pipe}" if pipe else name): (name, pipe, _op(name, pipe)) for name, pipe in names}
-    totals = slowest_per_round(rounds({k: (lambda op=op: op(x).numpy()) for k, (_, _, op) in ops.items()},
+    ops = {row_label(name, pipe): (name, pipe, *_op(name, pipe)) for name, pipe in names}
+    totals = slowest_per_round(rounds({k: (lambda op=op: op(x).numpy()) for k, (*_, op) in ops.items()},
                                       repeats))
     vs16 = round_ratios(totals, "fp16")
     rows = {}
-    for label, (name, pipe, op) in ops.items():
+    for label, (name, pipe, comp, op) in ops.items():
         total = float(np.median(totals[label]))
         rows[label] = dict(baseline_phases(name, x, op) if name in ("none", "fp16")
-                           else compressed_phases(name, x, repeats, pipe, op, total), total=total)
+                           else compressed_phases(name, x, repeats, pipe, comp, op, total), total=total)
     if hvd.rank() == 0:
         print(f"## breakdown: one tensor of {elements} float32, {hvd.size()} ranks, {machine()}\n")
         nan = float("nan")
