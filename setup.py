@@ -12,10 +12,10 @@ setup(
     version=VERSION,
     description="8-bit and 4-bit gradient and activation compression for Horovod",
     packages=find_packages(include=["horovod_q8", "horovod_q8.*"]) + ["horovod_q8.kernels", "horovod_q8.launch"],
-    # The .cu sources live in kernels/ at the top level and ship inside the package.
+    # The .cu and .c sources live in kernels/ at the top level and ship inside the package.
     package_dir={"horovod_q8": "horovod_q8", "horovod_q8.kernels": "kernels",
                  "horovod_q8.launch": "launch"},
-    package_data={"horovod_q8.kernels": ["*.cu"], "horovod_q8.launch": ["*.sh", "*.sbatch", "hostfile"]},
+    package_data={"horovod_q8.kernels": ["*.cu", "*.c"], "horovod_q8.launch": ["*.sh", "*.sbatch", "hostfile"]},
     python_requires=">=3.9",
     install_requires=["numpy>=1.23", "numba>=0.59"],  # the fast CPU codec is the product
     extras_require={

@@ -60,7 +60,7 @@ def _cupy() -> Check:
 
 def _kernels() -> Check:
     from horovod_q8 import _compat
-    from horovod_q8.backends.cuda import kernel_source
+    from horovod_q8.backends import kernel_source
     cp = _compat.cupy()
     if cp is not None:
         try:
@@ -84,6 +84,11 @@ def _cpu_kernels() -> Check:
         (False, "numba missing: the slow NumPy reference will be used (pip install numba)")
 
 
+def _native_kernels() -> Check:
+    from horovod_q8.backends import native
+    return True, ("" if native.library() else "not used, the Numba kernels instead: ") + native.describe()
+
+
 def _mpi() -> Check:
     mpirun = shutil.which("mpirun")
     if not mpirun:
@@ -104,7 +109,7 @@ def _network() -> Check:
 
 CHECKS: List[Tuple[str, Callable[[], Check]]] = [
     ("tensorflow", _tensorflow), ("horovod", _horovod), ("check-build", _check_build), ("mpi", _mpi),
-    ("numba", _cpu_kernels), ("cupy", _cupy), ("kernels", _kernels), ("network", _network)]
+    ("numba", _cpu_kernels), ("native", _native_kernels), ("cupy", _cupy), ("kernels", _kernels), ("network", _network)]
 
 
 def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:

@@ -1,11 +1,22 @@
-"""Backends: `reference` (NumPy, the spec), `cpu` (Numba), `cuda` (CuPy). Same bytes from each."""
+"""Backends: `reference` (NumPy, the spec), `cpu` (Numba, and `native` AVX-512 for 8-bit codes),
+`cuda` (CuPy). Same bytes from each."""
 from __future__ import annotations
 
+from importlib import resources
+from pathlib import Path
 from types import ModuleType
 
 from horovod_q8 import _compat
 
 BACKENDS = ("reference", "cpu", "cuda")
+
+
+def kernel_source(name: str = "codec.cu") -> str:
+    """A kernel source (kernels/): installed as package data, or kernels/ of a source checkout."""
+    checkout = Path(__file__).resolve().parents[2] / "kernels" / name
+    if checkout.exists():
+        return checkout.read_text()
+    return resources.files("horovod_q8.kernels").joinpath(name).read_text()
 
 
 def get(name: str) -> ModuleType:

@@ -1,4 +1,5 @@
-"""CPU backend: the Numba kernels behind the same signatures as the NumPy reference."""
+"""CPU backend: the native AVX-512 kernels where they apply (`backends.native`), else the Numba
+ones, behind the same signatures as the NumPy reference."""
 from __future__ import annotations
 
 import functools
@@ -7,10 +8,45 @@ from typing import Optional
 import numpy as np
 
 from horovod_q8.backends import cpu_kernels as K
+from horovod_q8.backends import native
 from horovod_q8.formats.codebooks import tables
 from horovod_q8.formats.spec import CODEBOOK, Format
 
 MAX_LEVELS = 7  # the threshold kernel's unrolled level count: 2 ** (bits - 1) - 1 for 4 bits
+
+
+def native_encoder(fmt: Format, n: int):
+    """The native kernel's tables if it encodes `fmt` for n elements here, else None."""
+    if fmt.kind != CODEBOOK or fmt.rounding != "nearest" or native.library() is None:
+        return None
+    if fmt.bits == 8:
+        return native.symmetric_tables(fmt.codebook)
+    t = tables(fmt.codebook, fmt.bits)
+    if fmt.bits == 4 and t.positive_mid_bits.size == 7 and _byte_blocks(fmt, n):
+        return t
+    return None
+
+
+def native_decoder(fmt: Format, n: int):
+    """The native kernel's table if it decodes `fmt` for n elements here, else None."""
+    if native.library() is None or not _byte_blocks(fmt, n):
+        return None
+    if fmt.bits == 8 and fmt.kind == CODEBOOK:
+        return native.symmetric_tables(fmt.codebook)
+    return fmt.decode_table() if fmt.bits == 4 else None
+
+
+def _byte_blocks(fmt: Format, n: int) -> bool:
+    """Every block's codes start on a byte."""
+    return fmt.n_blocks(n) <= 1 or fmt.block_for(n) * fmt.bits % 8 == 0
+
+
+def threads(n: int) -> int:
+    """Threads for n elements: one below `PARALLEL_MIN`, else Numba's count, as its kernels use."""
+    if n < K.PARALLEL_MIN:
+        return 1
+    import numba
+    return numba.get_num_threads()
 
 
 @functools.lru_cache(maxsize=None)
@@ -31,7 +67,13 @@ def encode(x: np.ndarray, fmt: Format, residual: Optional[np.ndarray] = None,
     codes = out[4 * nb:]
     if n == 0:
         return out
-    if fmt.kind == CODEBOOK:
+    nt = native_encoder(fmt, n) if x.flags.c_contiguous else None
+    if nt is not None and fmt.bits == 8:
+        native.encode8(x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, nt, threads(n))
+    elif nt is not None:
+        native.encode4(x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, nt.positive_mid_bits,
+                       nt.zero_code, threads(n))
+    elif fmt.kind == CODEBOOK:
         t = tables(fmt.codebook, fmt.bits)
         seed = (fmt.seed if seed is None else seed) & 0xFFFFFFFF
         K.kernel("encode_codebook", n)(
@@ -53,6 +95,11 @@ def decode(buf: np.ndarray, fmt: Format, n: int, out: Optional[np.ndarray] = Non
     if n == 0:
         return out
     nb = fmt.n_blocks(n)
+    nt = native_decoder(fmt, n) if out.flags.c_contiguous else None
+    if nt is not None:
+        scales = buf[: 4 * nb].view(np.float32) if fmt.has_scales else None
+        native.decode(buf[4 * nb:], n, fmt.block_for(n), fmt.bits, scales, nt, out, accumulate, threads(n))
+        return out
     K.kernel("decode", n)(buf[4 * nb:], n, fmt.block_for(n), buf[: 4 * nb].view(np.float32), fmt.has_scales,
                           fmt.decode_table(), fmt.bits, out, accumulate)
     return out

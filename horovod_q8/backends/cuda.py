@@ -2,23 +2,14 @@
 from __future__ import annotations
 
 import functools
-from importlib import resources
-from pathlib import Path
 from typing import Optional
 
 from horovod_q8 import _compat
+from horovod_q8.backends import kernel_source
 from horovod_q8.formats.codebooks import tables
 from horovod_q8.formats.spec import CODEBOOK, Format
 
 THREADS = 256
-
-
-def kernel_source(name: str = "codec.cu") -> str:
-    """The CUDA source: installed as package data, or kernels/ of a source checkout."""
-    checkout = Path(__file__).resolve().parents[2] / "kernels" / name
-    if checkout.exists():
-        return checkout.read_text()
-    return resources.files("horovod_q8.kernels").joinpath(name).read_text()
 
 
 def _cp():

@@ -1,7 +1,8 @@
 """Compile and cache every CPU kernel once (`python -m horovod_q8.backends.warmup`).
 
-Numba caches compiled kernels beside their source (`cache=True`); set-up runs this so a
-job's first step does not pay the compilation (tens of seconds per process otherwise).
+Numba caches compiled kernels beside their source (`cache=True`), the native 8-bit kernels
+are built once into ~/.cache/horovod_q8/native; set-up runs this so a job's first step does
+not pay the compilation (tens of seconds per process otherwise).
 Both variants run: serial below `cpu_kernels.PARALLEL_MIN` elements, parallel above.
 """
 from __future__ import annotations
@@ -37,7 +38,8 @@ def main() -> None:
     if not _compat.has_numba():
         print("numba missing: nothing to compile")
         return
-    print(f"CPU kernels compiled and cached in {warm():.1f} s")
+    from horovod_q8.backends import native
+    print(f"CPU kernels compiled and cached in {warm():.1f} s; native: {native.describe()}")
 
 
 if __name__ == "__main__":

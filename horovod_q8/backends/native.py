@@ -1,0 +1,218 @@
+"""The AVX-512 codec (kernels/codec_x86.c): built with the system C compiler on first use,
+cached, called through ctypes by `backends.cpu`; the same bytes as the reference.
+
+Used when the CPU has AVX-512 and a compiler is found, for: nearest-rounded 8-bit codebooks
+(q8 and the three other 8-bit tables), nearest-rounded q4, and decoding any 8-bit codebook
+or 4-bit format. Everything else, or HOROVOD_Q8_NATIVE=0, keeps the Numba kernels. Each table is checked where it is built (`symmetric_tables`) to fit the
+kernel's one-estimate-one-comparison search, and tests/test_native_codec.py checks every
+float32 in [-1, 1].
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from horovod_q8.backends import kernel_source
+from horovod_q8.formats.codebooks import tables
+
+SOURCE = "codec_x86.c"
+FLAGS = ("-O3", "-shared", "-fPIC", "-ffp-contract=off")  # no fused multiply-adds: exact products and sums
+INF_BITS = 0x7F800000
+EXP_LOW = 96  # the kernel's exponent table covers binades 2**(96-127) .. 2**0
+_I32, _F32 = ctypes.c_int32, ctypes.c_float
+
+
+class SymmetricTables(ctypes.Structure):
+    """The kernel's `hq8_symmetric`: field for field, see kernels/codec_x86.c."""
+
+    _fields_ = [("pmid", _I32 * 128), ("seg_lo", _I32 * 16), ("d_exp", _I32 * 32), ("lo_next", _I32 * 16),
+                ("base", _I32 * 16), ("kmax", _I32 * 16), ("c1", _F32 * 16), ("c0", _F32 * 16),
+                ("pos", _F32 * 128), ("nseg", _I32), ("center", _I32)]
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("HOROVOD_Q8_CACHE", Path.home() / ".cache" / "horovod_q8")) / "native"
+
+
+def _compiler() -> Optional[str]:
+    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+
+
+def build(source: str, cc: str) -> Path:
+    """The shared library of `source`, compiled once per (source, compiler, flags) and cached.
+
+    Written to a temporary name and renamed: ranks starting together may build it at once.
+    """
+    key = hashlib.sha256("\0".join((source, cc, *FLAGS)).encode()).hexdigest()[:16]
+    lib = cache_dir() / f"codec_x86-{key}.so"
+    if lib.exists():
+        return lib
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
+        src, out = Path(tmp) / SOURCE, Path(tmp) / lib.name
+        src.write_text(source)
+        subprocess.run([cc, *FLAGS, "-o", str(out), str(src)], check=True, capture_output=True, text=True)
+        os.replace(out, lib)
+    return lib
+
+
+@functools.lru_cache(maxsize=None)
+def _load() -> tuple[Optional[ctypes.CDLL], str]:
+    """(the loaded kernel library or None, why)."""
+    if os.environ.get("HOROVOD_Q8_NATIVE", "1") == "0":
+        return None, "switched off (HOROVOD_Q8_NATIVE=0)"
+    if os.uname().machine not in ("x86_64", "AMD64"):
+        return None, f"not an x86-64 CPU ({os.uname().machine})"
+    cc = _compiler()
+    if cc is None:
+        return None, "no C compiler (gcc or $CC)"
+    try:
+        path = build(kernel_source(SOURCE), cc)
+        lib = ctypes.CDLL(str(path))
+    except subprocess.CalledProcessError as e:
+        return None, f"{cc} failed: {e.stderr[-300:]}"
+    except OSError as e:
+        return None, f"cannot build or load {SOURCE}: {e}"
+    if not lib.hq8_supported():
+        return None, "the CPU has no AVX-512 (F, BW, VL)"
+    p, i64 = ctypes.c_void_p, ctypes.c_int64
+    lib.hq8_encode8.argtypes = [p, i64, i64, p, p, p]
+    lib.hq8_decode8.argtypes = [p, i64, i64, p, p, p, ctypes.c_int]
+    lib.hq8_encode4.argtypes = [p, i64, i64, p, p, p, ctypes.c_int]
+    lib.hq8_decode4.argtypes = [p, i64, i64, p, p, p, ctypes.c_int]
+    for f in (lib.hq8_encode8, lib.hq8_decode8, lib.hq8_encode4, lib.hq8_decode4):
+        f.restype = None
+    return lib, f"AVX-512 8- and 4-bit kernels built with {cc} ({path})"
+
+
+def library() -> Optional[ctypes.CDLL]:
+    """The loaded kernel library, or None: switched off, not x86-64, no compiler, no AVX-512."""
+    return _load()[0]
+
+
+def describe() -> str:
+    """Whether the native kernels are in use, and why not."""
+    return _load()[1]
+
+
+def _segments(pos: np.ndarray) -> list[tuple[int, int]]:
+    """Runs of evenly spaced positive values, as (first index, count)."""
+    out, j = [], 0
+    while j < len(pos):
+        m = min(2, len(pos) - j)
+        step = pos[j + 1] - pos[j] if m == 2 else 0.0
+        while j + m < len(pos) and abs(pos[j + m] - pos[j + m - 1] - step) <= 1e-3 * step:
+            m += 1
+        out.append((j, m))
+        j += m
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def symmetric_tables(name: str) -> Optional[SymmetricTables]:
+    """The kernel's tables for 8-bit codebook `name`, or None where it does not fit the kernel:
+    255 values symmetric about 0 (exactly), at most 15 evenly spaced segments of positive
+    values, at most one starting per binade, none below 2**-31, and the estimate inside each
+    within a quarter step of every midpoint (the kernel's comparison corrects up to one)."""
+    t = tables(name, 8)
+    c, vals = t.zero_code, t.values[: t.size]
+    if t.size != 255 or c != 127 or not np.array_equal(vals[c:], -vals[c::-1]):
+        return None
+    pos = vals[c + 1:].astype(np.float64)
+    pm = t.mids[c: t.size - 1]  # the positive mids, the first between 0 and the smallest value
+    segs = _segments(pos)
+    lows = np.array([pm[j0] for j0, _ in segs], np.float32)
+    exps = lows.view(np.int32) >> 23
+    if len(segs) > 15 or lows.min() < 2.0 ** (EXP_LOW - 127) or len(set(exps.tolist())) != len(segs):
+        return None
+    T = SymmetricTables()
+    pmid = np.full(128, INF_BITS, np.int32)
+    pmid[: len(pm)] = pm.view(np.int32)
+    T.pmid[:] = pmid.tolist()
+    T.seg_lo[: len(segs)] = lows.view(np.int32).tolist()
+    T.lo_next[:] = np.concatenate([lows.view(np.int32), np.full(16 - len(segs), INF_BITS, np.int32)]).tolist()
+    binades = (2.0 ** (np.arange(EXP_LOW, 128) - 127)).astype(np.float32)
+    T.d_exp[:] = [int(np.count_nonzero(lows < e)) for e in binades]
+    for d, (j0, m) in enumerate(segs, start=1):
+        T.base[d], T.kmax[d] = j0 + 1, m - 1
+        if m > 1:
+            step = (pos[j0 + m - 1] - pos[j0]) / (m - 1)
+            T.c1[d], T.c0[d] = 1 / step, pos[j0] / step
+            u = pm[j0 + 1: j0 + m] * np.float32(T.c1[d]) - np.float32(T.c0[d])  # as the kernel computes it
+            if np.max(np.abs(u.astype(np.float64) - np.arange(m - 1) - 0.5)) >= 0.25:
+                return None
+    positive = np.full(128, vals[-1], np.float32)
+    positive[: t.size - c] = vals[c:]
+    T.pos[:] = positive.tolist()
+    T.nseg, T.center = len(segs), c
+    return T
+
+
+@functools.lru_cache(maxsize=None)
+def _pool(threads: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(threads, thread_name_prefix="horovod_q8_codec")
+
+
+def _split(n: int, block: int, threads: int) -> list[tuple[int, int]]:
+    """Block-aligned element ranges, one per thread, for a tensor of n elements."""
+    if threads <= 1:
+        return [(0, n)]
+    nb = -(-n // block)
+    cut = [min(n, (nb * k // threads) * block) for k in range(threads + 1)]
+    return [(a, b) for a, b in zip(cut, cut[1:]) if b > a]
+
+
+def _run(calls: list) -> None:
+    """Run the zero-argument calls, the first on this thread (ctypes releases the GIL)."""
+    futures = [_pool(len(calls)).submit(f) for f in calls[1:]]
+    calls[0]()
+    for f in futures:
+        f.result()
+
+
+def encode8(x: np.ndarray, n: int, block: int, scale_bits: np.ndarray, codes: np.ndarray, T: SymmetricTables,
+            threads: int) -> None:
+    """Scales and nearest 8-bit codes of float32 x (contiguous), `threads` at most."""
+    lib, t = library(), ctypes.byref(T)
+    xp, sp, cp = x.ctypes.data, scale_bits.ctypes.data, codes.ctypes.data
+
+    def part(a: int, b: int):
+        return lambda: lib.hq8_encode8(xp + 4 * a, b - a, block, sp + 4 * (a // block), cp + a, t)
+    _run([part(a, b) for a, b in _split(n, block, threads)])
+
+
+def encode4(x: np.ndarray, n: int, block: int, scale_bits: np.ndarray, codes: np.ndarray, positive_mids: np.ndarray,
+            center: int, threads: int) -> None:
+    """Scales and nearest 4-bit codes for a table symmetric about 0 with 7 positive mids (int32
+    bits); `block` even or n <= block, so that every block starts on a byte."""
+    lib = library()
+    xp, sp, cp, pp = x.ctypes.data, scale_bits.ctypes.data, codes.ctypes.data, positive_mids.ctypes.data
+
+    def part(a: int, b: int):
+        return lambda: lib.hq8_encode4(xp + 4 * a, b - a, block, sp + 4 * (a // block), cp + a // 2, pp, center)
+    _run([part(a, b) for a, b in _split(n, block, threads)])
+
+
+def decode(codes: np.ndarray, n: int, block: int, bits: int, scales: Optional[np.ndarray], table,
+           out: np.ndarray, accumulate: bool, threads: int) -> None:
+    """out = value * scale (or out += it) of 8-bit codes (table: SymmetricTables) or 4-bit ones
+    (table: float32[16]); scales None means 1."""
+    lib = library()
+    fn, t = (lib.hq8_decode8, ctypes.byref(table)) if bits == 8 else (lib.hq8_decode4, table.ctypes.data)
+    cp, op = codes.ctypes.data, out.ctypes.data
+    sp = scales.ctypes.data if scales is not None else None
+
+    def part(a: int, b: int):
+        s = None if sp is None else sp + 4 * (a // block)
+        return lambda: fn(cp + a * bits // 8, b - a, block, s, t, op + 4 * a, int(accumulate))
+    _run([part(a, b) for a, b in _split(n, block, threads)])

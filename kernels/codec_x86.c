@@ -1,0 +1,274 @@
+// horovod_q8 8-bit codebook encode / decode for x86-64 CPUs with AVX-512, called through ctypes
+// by horovod_q8/backends/native.py. Byte-for-byte the same as horovod_q8/formats/reference.py
+// (docs/formats.md): code = count(mids < x / scale), 16 elements per instruction.
+//
+// Why native: the Numba kernel looks each element's code up in a 64 KB table one element at
+// a time; here the same two lookups (table on the top 16 bits, then one comparison with the
+// next midpoint) are AVX-512 gathers. Built with -ffp-contract=off: a fused multiply-add would
+// change the last bit of a decoded sum relative to the other backends.
+#include <stdint.h>
+#include <string.h>
+#include <immintrin.h>
+
+#define ABS_MASK 0x7FFFFFFFu
+#define INF_BITS 0x7F800000u
+#define NAN_BITS 0x7FC00000u
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+int hq8_supported(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+}
+
+static inline __mmask16 tail_mask(int64_t left) {
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+}
+
+AVX512 static uint32_t absmax_bits(const float *x, int64_t n) {
+    __m512i m = _mm512_setzero_si512();
+    const __m512i abs_mask = _mm512_set1_epi32((int)ABS_MASK);
+    for (int64_t i = 0; i < n; i += 16) {
+        __m512i v = _mm512_maskz_loadu_epi32(tail_mask(n - i), x + i);
+        m = _mm512_max_epu32(m, _mm512_and_si512(v, abs_mask));
+    }
+    uint32_t b = _mm512_reduce_max_epu32(m);
+    return b > INF_BITS ? NAN_BITS : b;  // any NaN gives the canonical NaN
+}
+
+// The code of v = x / scale for a table symmetric about 0 (codes center - 127 .. center + 127):
+// cnt = count(positive mids < |v|) (for v < 0: <= |v|, i.e. < the next float, as bits + 1),
+// code = center +- cnt. cnt comes from an estimate and one exact comparison: the positive
+// values fall into segments where they are evenly spaced (a decade of the dynamic tree), the
+// segment d = count(first mids of segments < a) is exact, the estimate k = floor(a * c1[d] -
+// c0[d]) inside it is never above the count of the segment's mids below a and at most one
+// under (c0 carries a margin far above float32 rounding, far below a spacing), and
+// pmid[base[d] + k] < a adds the one. tests/test_native_codec.py checks every float32 in [-1, 1].
+typedef struct {
+    int32_t pmid[128];     // bits of the positive mids, ascending, padded with +Inf bits
+    int32_t seg_lo[16];    // bits of each segment's lowest mid (segments 1..nseg)
+    int32_t d_exp[32];     // count of segments' lowest mids below 2**(e - 127) for e = 96..127
+    int32_t lo_next[16];   // by d: bits of segment d+1's lowest mid (+Inf bits past the last)
+    int32_t base[16];      // by d: count of mids up to and including the segment's lowest
+    int32_t kmax[16];      // by d: the segment's values - 1
+    float c1[16], c0[16];  // by d: the estimate's slope and offset
+    float pos[128];        // table[center + j] for j = 0..127 (the last repeats the largest)
+    int32_t nseg, center;
+} hq8_symmetric;
+
+// t[8]: 128 int32 entries; permutex2var picks from 32 (index bits 0-4), bits 5 and 6 choose.
+AVX512 static inline __m512i lookup128(const __m512i t[8], __m512i idx) {
+    __mmask16 b5 = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(32));
+    __mmask16 b6 = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(64));
+    __m512i lo = _mm512_mask_blend_epi32(b5, _mm512_permutex2var_epi32(t[0], idx, t[1]),
+                                         _mm512_permutex2var_epi32(t[2], idx, t[3]));
+    __m512i hi = _mm512_mask_blend_epi32(b5, _mm512_permutex2var_epi32(t[4], idx, t[5]),
+                                         _mm512_permutex2var_epi32(t[6], idx, t[7]));
+    return _mm512_mask_blend_epi32(b6, lo, hi);
+}
+
+AVX512 static inline __m128i codes16(__m512 xv, __m512 vs, const __m512i pm[8], const __m512i dx[2], __m512i lo_next,
+                                     __m512i base, __m512i kmax, __m512 c1, __m512 c0, __m512i center) {
+    const __m512i abs_mask = _mm512_set1_epi32((int)ABS_MASK), one = _mm512_set1_epi32(1);
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i b = _mm512_castps_si512(_mm512_div_ps(xv, vs));
+    __mmask16 neg = _mm512_cmplt_epi32_mask(b, zero);
+    __m512i a = _mm512_and_si512(b, abs_mask);
+    a = _mm512_mask_add_epi32(a, neg, a, one);
+    // the segment: from a's binary exponent (at most one segment starts in a binade), then one compare
+    __m512i e = _mm512_max_epi32(_mm512_sub_epi32(_mm512_srli_epi32(a, 23), _mm512_set1_epi32(96)), zero);
+    __m512i d = _mm512_permutex2var_epi32(dx[0], e, dx[1]);
+    d = _mm512_mask_add_epi32(d, _mm512_cmpgt_epi32_mask(a, _mm512_permutexvar_epi32(d, lo_next)), d, one);
+    __m512 u = _mm512_sub_ps(_mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_permutexvar_ps(d, c1)),
+                             _mm512_permutexvar_ps(d, c0));
+    __m512i k = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvttps_epi32(u), zero), _mm512_permutexvar_epi32(d, kmax));
+    __m512i cnt = _mm512_add_epi32(_mm512_permutexvar_epi32(d, base), k);
+    cnt = _mm512_mask_add_epi32(cnt, _mm512_cmplt_epi32_mask(lookup128(pm, cnt), a), cnt, one);
+    return _mm512_cvtepi32_epi8(_mm512_mask_sub_epi32(_mm512_add_epi32(center, cnt), neg, center, cnt));
+}
+
+AVX512 static void codes_symmetric(const float *x, int64_t n, float s, uint8_t *codes, const hq8_symmetric *T) {
+    const __m512 vs = _mm512_set1_ps(s);
+    __m512i pm[8], dx[2];
+    for (int q = 0; q < 8; q++) pm[q] = _mm512_loadu_si512(T->pmid + 16 * q);
+    for (int q = 0; q < 2; q++) dx[q] = _mm512_loadu_si512(T->d_exp + 16 * q);
+    const __m512i lo_next = _mm512_loadu_si512(T->lo_next);
+    const __m512i base = _mm512_loadu_si512(T->base), kmax = _mm512_loadu_si512(T->kmax);
+    const __m512i center = _mm512_set1_epi32(T->center);
+    const __m512 c1 = _mm512_loadu_ps(T->c1), c0 = _mm512_loadu_ps(T->c0);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm_storeu_si128((__m128i *)(codes + i),
+                         codes16(_mm512_loadu_ps(x + i), vs, pm, dx, lo_next, base, kmax, c1, c0, center));
+    if (i < n) {
+        __mmask16 m = tail_mask(n - i);
+        __m128i c = codes16(_mm512_maskz_loadu_ps(m, x + i), vs, pm, dx, lo_next, base, kmax, c1, c0, center);
+        _mm_mask_storeu_epi8(codes + i, m, c);
+    }
+}
+
+static uint8_t code_one(float v, const hq8_symmetric *T) {
+    int32_t b;
+    memcpy(&b, &v, 4);
+    int32_t neg = b < 0, a = (b & (int32_t)ABS_MASK) + neg, cnt = 0;
+    for (int j = 0; j < 128; j++) cnt += T->pmid[j] < a;
+    return (uint8_t)(neg ? T->center - cnt : T->center + cnt);
+}
+
+// A block whose scale is +Inf (it holds ±Inf): ±Inf -> ±1, every finite element -> 0.
+static void codes_overflowed(const float *x, int64_t n, uint8_t *codes, const hq8_symmetric *T) {
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i] == __builtin_inff() ? 1.0f : (x[i] == -__builtin_inff() ? -1.0f : 0.0f);
+        codes[i] = code_one(v, T);
+    }
+}
+
+// Scales (absmax bits per block of `block` elements, the last one shorter) and 8-bit codes.
+void hq8_encode8(const float *x, int64_t n, int64_t block, uint32_t *scale_bits, uint8_t *codes,
+                 const hq8_symmetric *T) {
+    int zero_code = T->center;
+    int64_t nb = block > 0 ? (n + block - 1) / block : 0;
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t s = b * block, len = (s + block < n ? block : n - s);
+        uint32_t sb = absmax_bits(x + s, len);
+        scale_bits[b] = sb;
+        if (sb == 0 || sb > INF_BITS) {
+            memset(codes + s, zero_code, (size_t)len);  // all zeros, or a NaN: every code is 0.0's
+        } else if (sb == INF_BITS) {
+            codes_overflowed(x + s, len, codes + s, T);
+        } else {
+            float sc;
+            memcpy(&sc, &sb, 4);
+            codes_symmetric(x + s, len, sc, codes + s, T);
+        }
+    }
+}
+
+// The values of 16 codes: table[center + j] = pos[j], table[center - j] = -pos[j] (exact
+// negation, checked where the tables are built); code 255 is the padding, pos[127].
+AVX512 static inline __m512 values16(__m128i c8, const __m512i pv[8], __m512i center) {
+    __m512i j = _mm512_sub_epi32(_mm512_cvtepu8_epi32(c8), center);
+    __mmask16 neg = _mm512_cmplt_epi32_mask(j, _mm512_setzero_si512());
+    j = _mm512_min_epi32(_mm512_abs_epi32(j), _mm512_set1_epi32(127));
+    __m512i v = lookup128(pv, j);
+    return _mm512_castsi512_ps(_mm512_mask_xor_epi32(v, neg, v, _mm512_set1_epi32((int)0x80000000u)));
+}
+
+// out = table[code] * scale (or out += it), 8-bit codes of a symmetric table; scales NULL
+// means scale 1 (the product with 1 is exact, as the other backends compute it).
+AVX512 void hq8_decode8(const uint8_t *codes, int64_t n, int64_t block, const float *scales,
+                        const hq8_symmetric *T, float *out, int accumulate) {
+    __m512i pv[8];
+    for (int q = 0; q < 8; q++) pv[q] = _mm512_loadu_si512(T->pos + 16 * q);
+    const __m512i center = _mm512_set1_epi32(T->center);
+    int64_t nb = block > 0 ? (n + block - 1) / block : 0;
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t s = b * block, len = (s + block < n ? block : n - s), i = 0;
+        const __m512 vs = _mm512_set1_ps(scales ? scales[b] : 1.0f);
+        const uint8_t *c = codes + s;
+        float *o = out + s;
+        if (accumulate) {
+            for (; i + 16 <= len; i += 16) {
+                __m512 v = _mm512_mul_ps(values16(_mm_loadu_si128((const __m128i *)(c + i)), pv, center), vs);
+                _mm512_storeu_ps(o + i, _mm512_add_ps(_mm512_loadu_ps(o + i), v));
+            }
+        } else {
+            for (; i + 16 <= len; i += 16)
+                _mm512_storeu_ps(o + i, _mm512_mul_ps(values16(_mm_loadu_si128((const __m128i *)(c + i)), pv, center), vs));
+        }
+        if (i < len) {
+            __mmask16 m = tail_mask(len - i);
+            __m512 v = _mm512_mul_ps(values16(_mm_maskz_loadu_epi8(m, c + i), pv, center), vs);
+            if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + i), v);
+            _mm512_mask_storeu_ps(o + i, m, v);
+        }
+    }
+}
+
+// ---- 4-bit codes, two per byte, the first in the low nibble ----
+
+// A symmetric 4-bit table with 7 positive mids (q4): code = center +- count(pmid < a), a as above.
+AVX512 static inline __m512i codes16_q4(__m512 xv, __m512 vs, const __m512i pm[7], __m512i center) {
+    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
+    __m512i b = _mm512_castps_si512(_mm512_div_ps(xv, vs));
+    __mmask16 neg = _mm512_cmplt_epi32_mask(b, zero);
+    __m512i a = _mm512_and_si512(b, _mm512_set1_epi32((int)ABS_MASK));
+    a = _mm512_mask_add_epi32(a, neg, a, one);
+    __m512i cnt = zero;
+    for (int q = 0; q < 7; q++) cnt = _mm512_mask_add_epi32(cnt, _mm512_cmpgt_epi32_mask(a, pm[q]), cnt, one);
+    return _mm512_mask_sub_epi32(_mm512_add_epi32(center, cnt), neg, center, cnt);
+}
+
+// 16 codes (int32 lanes) -> 8 bytes: each 64-bit lane holds an even code low, the odd one at bit 32.
+AVX512 static inline __m128i pack16_4(__m512i c) {
+    return _mm512_cvtepi64_epi8(_mm512_or_si512(c, _mm512_srli_epi64(c, 28)));
+}
+
+static void put_nibble(uint8_t *codes, int64_t j, int c) {
+    if (j & 1) codes[j >> 1] = (uint8_t)((codes[j >> 1] & 0x0F) | (c << 4));
+    else codes[j >> 1] = (uint8_t)c;  // the high nibble follows, or stays 0 past the end
+}
+
+static int code_one_q4(float v, const int32_t *pmid, int center) {
+    int32_t b;
+    memcpy(&b, &v, 4);
+    int32_t neg = b < 0, a = (b & (int32_t)ABS_MASK) + neg, cnt = 0;
+    for (int q = 0; q < 7; q++) cnt += pmid[q] < a;
+    return neg ? center - cnt : center + cnt;
+}
+
+// Scales and 4-bit codes; `block` even (or one block), so every block starts on a byte.
+AVX512 void hq8_encode4(const float *x, int64_t n, int64_t block, uint32_t *scale_bits, uint8_t *codes,
+                        const int32_t *pmid, int center) {
+    __m512i pm[7];
+    for (int q = 0; q < 7; q++) pm[q] = _mm512_set1_epi32(pmid[q]);
+    const __m512i vc = _mm512_set1_epi32(center);
+    int64_t nb = block > 0 ? (n + block - 1) / block : 0;
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t s = b * block, len = (s + block < n ? block : n - s), i = 0;
+        uint32_t sb = absmax_bits(x + s, len);
+        scale_bits[b] = sb;
+        const float *xs = x + s;
+        uint8_t *cs = codes + s / 2;
+        if (sb == 0 || sb > INF_BITS || sb == INF_BITS) {  // zeros or NaN: 0.0's code; +Inf: +-1 or 0
+            for (; i < len; i++) {
+                float v = sb == INF_BITS ? (xs[i] == __builtin_inff() ? 1.0f : (xs[i] == -__builtin_inff() ? -1.0f : 0.0f)) : 0.0f;
+                put_nibble(cs, i, code_one_q4(v, pmid, center));
+            }
+            continue;
+        }
+        float sc;
+        memcpy(&sc, &sb, 4);
+        const __m512 vs = _mm512_set1_ps(sc);
+        for (; i + 16 <= len; i += 16)
+            _mm_storel_epi64((__m128i *)(cs + i / 2), pack16_4(codes16_q4(_mm512_loadu_ps(xs + i), vs, pm, vc)));
+        for (; i < len; i++) put_nibble(cs, i, code_one_q4(xs[i] / sc, pmid, center));
+    }
+}
+
+// out = table[code] * scale (or out += it) of 4-bit codes, any 16-entry table; scales NULL
+// means scale 1; `block` even (or one block).
+AVX512 void hq8_decode4(const uint8_t *codes, int64_t n, int64_t block, const float *scales,
+                        const float *table, float *out, int accumulate) {
+    const __m512 t = _mm512_loadu_ps(table);
+    const __m512i nib = _mm512_set1_epi64(0x0000000F0000000FLL);
+    int64_t nb = block > 0 ? (n + block - 1) / block : 0;
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t s = b * block, len = (s + block < n ? block : n - s), i = 0;
+        const float sc = scales ? scales[b] : 1.0f;
+        const __m512 vs = _mm512_set1_ps(sc);
+        const uint8_t *c = codes + s / 2;
+        float *o = out + s;
+        for (; i + 16 <= len; i += 16) {
+            __m512i w = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)(c + i / 2)));
+            __m512i k = _mm512_and_si512(_mm512_or_si512(w, _mm512_slli_epi64(w, 28)), nib);
+            __m512 v = _mm512_mul_ps(_mm512_permutexvar_ps(k, t), vs);
+            if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(o + i), v);
+            _mm512_storeu_ps(o + i, v);
+        }
+        for (; i < len; i++) {
+            float v = table[(c[i >> 1] >> (4 * (i & 1))) & 15] * sc;
+            o[i] = accumulate ? o[i] + v : v;
+        }
+    }
+}

@@ -1,0 +1,128 @@
+"""The native AVX-512 codec (kernels/codec_x86.c): every float32 in [-1, 1] against the Numba
+kernel's table search (8-bit), and the bytes and values of the reference at the edges."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import horovod_q8 as q
+from horovod_q8.backends import cpu, native
+from horovod_q8.backends.cpu_kernels import PARALLEL_MIN, SERIAL
+from horovod_q8.formats import codebooks, get
+
+pytestmark = pytest.mark.skipif(native.library() is None, reason="no AVX-512 CPU or no C compiler here")
+SIGNED8 = [n for n in ("dynamic_tree", "linear", "mantissa", "static_tree")]
+CHUNK = 1 << 24
+
+
+def numba_codes(x: np.ndarray, name: str) -> np.ndarray:
+    """Codes of x (one block) from the Numba kernel, whatever the CPU backend would choose."""
+    t = codebooks.tables(name, 8)
+    out = np.empty(4 + x.size, np.uint8)
+    SERIAL["encode_codebook"](x, x.size, x.size, out[:4].view(np.uint32), out[4:], t.lut, t.mids, t.values,
+                              t.positive_mid_bits, t.size, 8, t.zero_code, False, 0)
+    return out[4:]
+
+
+@pytest.mark.parametrize("name", SIGNED8)
+def test_every_float_in_the_unit_interval(name):
+    """Both signs of every float32 of magnitude <= 1, in blocks whose scale is 1 (x / 1 is x)."""
+    T = native.symmetric_tables(name)
+    assert T is not None, f"{name} should fit the native kernel"
+    top = int(np.float32(1).view(np.uint32))
+    for sign in (0, 0x80000000):
+        for lo in range(0, top + 1, CHUNK):
+            bits = np.arange(lo, min(lo + CHUNK, top + 1), dtype=np.uint32) | np.uint32(sign)
+            x = np.concatenate([np.ones(1, np.float32), bits.view(np.float32)])
+            got = np.empty(4 + x.size, np.uint8)
+            native.encode8(x, x.size, x.size, got[:4].view(np.uint32), got[4:], T, 1)
+            want = numba_codes(x, name)
+            bad = np.flatnonzero(got[4:] != want)
+            assert bad.size == 0, f"{name}: {bad.size} codes differ, first at {x[bad[0]]!r}"
+
+
+def test_what_the_native_kernels_take():
+    assert all(native.symmetric_tables(n + codebooks.UNSIGNED_SUFFIX) is None for n in SIGNED8)
+    n = 4096
+    assert cpu.native_encoder(get("q8"), n) is not None and cpu.native_encoder(get("q4"), n) is not None
+    assert cpu.native_encoder(get("q8", rounding="stochastic"), n) is None
+    assert cpu.native_encoder(get("q4_threshold").for_shape((n,)), n) is None
+    assert cpu.native_decoder(get("q4_threshold").for_shape((n,)), n) is not None
+    assert cpu.native_decoder(get("twobit").for_shape((n,)), n) is None
+
+
+def edge_tensor(n: int, rng) -> np.ndarray:
+    x = (rng.standard_normal(n) * rng.choice([1e-3, 1.0, 1e3], n)).astype(np.float32)
+    if n > 3000:
+        x[5] = np.nan  # a NaN block
+        x[2100] = np.inf  # an overflowed block: +-Inf -> +-1, finite -> 0
+        x[2101] = -np.inf
+        x[1024:2048] = 0.0
+        x[1030] = -0.0
+    return x
+
+
+FORMATS = [("q8", name) for name in SIGNED8] + [("q4", "q4"), ("q8", "linear_unsigned"), ("q4", "q4_unsigned")]
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 1023, 1025, 4097, 300_001])
+@pytest.mark.parametrize("block", [1024, 16, 0])
+@pytest.mark.parametrize("base,name", FORMATS)
+def test_bytes_and_values_match_the_reference(n, block, base, name):
+    """Native where it applies (and decoding the unsigned tables), Numba for the rest: same bytes."""
+    rng = np.random.default_rng(n * 7 + block)
+    x = edge_tensor(n, rng)
+    if name.endswith(codebooks.UNSIGNED_SUFFIX):
+        x = np.abs(x)
+    fmt = replace(get(base, block_size=block), codebook=name)
+    ref = q.quantize(x, fmt, backend="reference")
+    got = q.quantize(x, fmt, backend="cpu")
+    assert np.array_equal(ref, got)
+    want = q.dequantize(ref, fmt, n, backend="reference")
+    assert np.array_equal(want.view(np.uint32), q.dequantize(got, fmt, n, backend="cpu").view(np.uint32))
+    acc = np.full(n, 0.25, np.float32)
+    q.dequantize(got, fmt, n, out=acc, accumulate=True, backend="cpu")
+    assert np.array_equal((np.float32(0.25) + want).view(np.uint32), acc.view(np.uint32))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("name", ["q8", "q4"])
+def test_threads_split_on_block_edges(threads, name):
+    n = PARALLEL_MIN * 2 + 777
+    x = edge_tensor(n, np.random.default_rng(threads))
+    fmt = get(name)
+    nb, block = fmt.n_blocks(n), fmt.block_for(n)
+    got = np.empty(fmt.nbytes(n), np.uint8)
+    scale_bits, codes = got[: 4 * nb].view(np.uint32), got[4 * nb:]
+    if fmt.bits == 8:
+        T = native.symmetric_tables(fmt.codebook)
+        native.encode8(x, n, block, scale_bits, codes, T, threads)
+    else:
+        T = codebooks.tables(fmt.codebook, 4)
+        native.encode4(x, n, block, scale_bits, codes, T.positive_mid_bits, T.zero_code, threads)
+        T = fmt.decode_table()
+    assert np.array_equal(got, q.quantize(x, fmt, backend="reference"))
+    out = np.empty(n, np.float32)
+    native.decode(codes, n, block, fmt.bits, got[: 4 * nb].view(np.float32), T, out, False, threads)
+    assert np.array_equal(out.view(np.uint32), q.dequantize(got, fmt, n, backend="reference").view(np.uint32))
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 1024, 4099])
+def test_threshold_codes_decode_natively(n):
+    """4-bit threshold codes (no scales; a NaN code for a non-finite input) decode as the reference's."""
+    fmt = get("q4_threshold").for_shape((n,))
+    x = edge_tensor(n, np.random.default_rng(n)) * np.float32(1e-3)
+    buf = q.quantize(x, fmt, residual=np.zeros(n, np.float32), backend="reference")
+    want = q.dequantize(buf, fmt, n, backend="reference")
+    assert np.array_equal(want.view(np.uint32), q.dequantize(buf, fmt, n, backend="cpu").view(np.uint32))
+
+
+def test_switched_off_by_environment():
+    code = "from horovod_q8.backends import native; print(native.library() is None)"
+    out = subprocess.run([sys.executable, "-c", code], env={"HOROVOD_Q8_NATIVE": "0", "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
