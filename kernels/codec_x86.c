@@ -155,9 +155,13 @@ AVX512 static inline __m512 values16(__m128i c8, const __m512i pv[8], __m512i ce
 }
 
 // out = table[code] * scale (or out += it), 8-bit codes of a symmetric table; scales NULL
-// means scale 1 (the product with 1 is exact, as the other backends compute it).
+// means scale 1 (the product with 1 is exact, as the other backends compute it). post != 1
+// (not with accumulate): out = (table[code] * scale) * post, the caller's op factor, rounded
+// twice as a second pass would round it.
 AVX512 void hq8_decode8(const uint8_t *codes, int64_t n, int64_t block, const float *scales,
-                        const hq8_symmetric *T, float *out, int accumulate) {
+                        const hq8_symmetric *T, float *out, int accumulate, float post) {
+    const __m512 vp = _mm512_set1_ps(post);
+    const int scaled = post != 1.0f;
     __m512i pv[8];
     for (int q = 0; q < 8; q++) pv[q] = _mm512_loadu_si512(T->pos + 16 * q);
     const __m512i center = _mm512_set1_epi32(T->center);
@@ -172,6 +176,11 @@ AVX512 void hq8_decode8(const uint8_t *codes, int64_t n, int64_t block, const fl
                 __m512 v = _mm512_mul_ps(values16(_mm_loadu_si128((const __m128i *)(c + i)), pv, center), vs);
                 _mm512_storeu_ps(o + i, _mm512_add_ps(_mm512_loadu_ps(o + i), v));
             }
+        } else if (scaled) {
+            for (; i + 16 <= len; i += 16) {
+                __m512 v = _mm512_mul_ps(values16(_mm_loadu_si128((const __m128i *)(c + i)), pv, center), vs);
+                _mm512_storeu_ps(o + i, _mm512_mul_ps(v, vp));
+            }
         } else {
             for (; i + 16 <= len; i += 16)
                 _mm512_storeu_ps(o + i, _mm512_mul_ps(values16(_mm_loadu_si128((const __m128i *)(c + i)), pv, center), vs));
@@ -179,6 +188,7 @@ AVX512 void hq8_decode8(const uint8_t *codes, int64_t n, int64_t block, const fl
         if (i < len) {
             __mmask16 m = tail_mask(len - i);
             __m512 v = _mm512_mul_ps(values16(_mm_maskz_loadu_epi8(m, c + i), pv, center), vs);
+            if (scaled) v = _mm512_mul_ps(v, vp);
             if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + i), v);
             _mm512_mask_storeu_ps(o + i, m, v);
         }
@@ -247,9 +257,11 @@ AVX512 void hq8_encode4(const float *x, int64_t n, int64_t block, uint32_t *scal
 }
 
 // out = table[code] * scale (or out += it) of 4-bit codes, any 16-entry table; scales NULL
-// means scale 1; `block` even (or one block).
+// means scale 1; `block` even (or one block); post as in hq8_decode8.
 AVX512 void hq8_decode4(const uint8_t *codes, int64_t n, int64_t block, const float *scales,
-                        const float *table, float *out, int accumulate) {
+                        const float *table, float *out, int accumulate, float post) {
+    const __m512 vp = _mm512_set1_ps(post);
+    const int scaled = post != 1.0f;
     const __m512 t = _mm512_loadu_ps(table);
     const __m512i nib = _mm512_set1_epi64(0x0000000F0000000FLL);
     int64_t nb = block > 0 ? (n + block - 1) / block : 0;
@@ -263,12 +275,70 @@ AVX512 void hq8_decode4(const uint8_t *codes, int64_t n, int64_t block, const fl
             __m512i w = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)(c + i / 2)));
             __m512i k = _mm512_and_si512(_mm512_or_si512(w, _mm512_slli_epi64(w, 28)), nib);
             __m512 v = _mm512_mul_ps(_mm512_permutexvar_ps(k, t), vs);
+            if (scaled) v = _mm512_mul_ps(v, vp);
             if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(o + i), v);
             _mm512_storeu_ps(o + i, v);
         }
         for (; i < len; i++) {
             float v = table[(c[i >> 1] >> (4 * (i & 1))) & 15] * sc;
+            if (scaled) v = v * post;
             o[i] = accumulate ? o[i] + v : v;
         }
+    }
+}
+
+// ---- 4-bit threshold codes (MXNet-style sign + level index), with or without a residual ----
+
+// k = count(levels <= |g|), code = k, or k + half when g < 0 < k, half for a non-finite g; the
+// residual keeps g - the value sent (0 for a non-finite g). levels: 7, padded with +Inf.
+AVX512 static inline __m512i threshold16(__m512 g, const __m512 lv[7], __m512i half, __m512 *rs) {
+    __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(g), _mm512_set1_epi32((int)ABS_MASK)));
+    __m512 val = _mm512_setzero_ps();
+    __m512i k = _mm512_setzero_si512();
+    for (int q = 0; q < 7; q++) {
+        __mmask16 hit = _mm512_cmp_ps_mask(lv[q], a, _CMP_LE_OQ);
+        val = _mm512_mask_mov_ps(val, hit, lv[q]);
+        k = _mm512_mask_mov_epi32(k, hit, _mm512_set1_epi32(q + 1));
+    }
+    __mmask16 neg = _mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_LT_OQ);
+    __mmask16 finite = _mm512_cmp_ps_mask(a, _mm512_set1_ps(__builtin_inff()), _CMP_LT_OQ);
+    __m512i code = _mm512_mask_add_epi32(k, neg & _mm512_test_epi32_mask(k, k), k, half);
+    code = _mm512_mask_mov_epi32(code, (__mmask16)~finite, half);
+    __m512i vb = _mm512_castps_si512(val);
+    __m512 sent = _mm512_castsi512_ps(_mm512_mask_xor_epi32(vb, neg, vb, _mm512_set1_epi32((int)0x80000000u)));
+    *rs = _mm512_maskz_sub_ps(finite, g, sent);
+    return code;
+}
+
+static int threshold_one(float g, const float *levels, int half, float *rs) {
+    float a = __builtin_fabsf(g), val = 0.0f;
+    int k = 0;
+    for (int q = 0; q < 7; q++)
+        if (levels[q] <= a) { val = levels[q]; k = q + 1; }
+    int neg = g < 0.0f, finite = a < __builtin_inff();
+    *rs = finite ? g - (neg ? -val : val) : 0.0f;
+    if (!finite) return half;
+    return neg && k ? k + half : k;
+}
+
+// codes of g = x (+ residual, updated in place when residual is not NULL), two per byte.
+AVX512 void hq8_threshold4(const float *x, int64_t n, float *residual, uint8_t *codes, const float *levels,
+                           int half) {
+    __m512 lv[7];
+    for (int q = 0; q < 7; q++) lv[q] = _mm512_set1_ps(levels[q]);
+    const __m512i vh = _mm512_set1_epi32(half);
+    int64_t i = 0;
+    __m512 rs;
+    for (; i + 16 <= n; i += 16) {
+        __m512 g = _mm512_loadu_ps(x + i);
+        if (residual) g = _mm512_add_ps(g, _mm512_loadu_ps(residual + i));
+        __m512i c = threshold16(g, lv, vh, &rs);
+        if (residual) _mm512_storeu_ps(residual + i, rs);
+        _mm_storel_epi64((__m128i *)(codes + i / 2), pack16_4(c));
+    }
+    for (; i < n; i++) {
+        float r, g = residual ? x[i] + residual[i] : x[i];
+        put_nibble(codes, i, threshold_one(g, levels, half, &r));
+        if (residual) residual[i] = r;
     }
 }

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from horovod_q8.bench.common import round_ratios, rounds
+from horovod_q8.bench.common import readback, round_ratios, rounds
 
 
 def test_every_fn_once_per_round_after_a_warm_up_in_rotating_order():
@@ -31,6 +31,15 @@ def test_ratios_are_taken_within_a_round():
     assert round_ratios(times, "none") == {}
 
 
+def test_readback_reads_one_element_or_every_result():
+    tf = pytest.importorskip("tensorflow")
+    a, b = tf.reshape(tf.range(6.0), (2, 3)), tf.constant([7.0, 8.0])
+    assert readback(a).tolist() == [0.0]
+    assert readback([a, b]).tolist() == [7.0]  # the last tensor: the op has finished
+    full = readback([a, b], "all")
+    assert [x.tolist() for x in full] == [[[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], [7.0, 8.0]]
+
+
 @pytest.mark.parallel
 def test_bench_allreduce_prints_round_ratios_at_two_ranks():
     pytest.importorskip("horovod.tensorflow")
@@ -43,6 +52,7 @@ def test_bench_allreduce_prints_round_ratios_at_two_ranks():
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
+    assert out.count("read-back of one element") == 2  # both tables say how each op was waited for
     rows = {}
     for line in out.splitlines():
         m = re.search(r"\| (none|fp16|q8|q8/p8192) \|(.*)\|$", line)

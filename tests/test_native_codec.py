@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import horovod_q8 as q
+from horovod_q8 import backends
 from horovod_q8.backends import cpu, native
 from horovod_q8.backends.cpu_kernels import PARALLEL_MIN, SERIAL
 from horovod_q8.formats import codebooks, get
@@ -126,3 +127,52 @@ def test_switched_off_by_environment():
     out = subprocess.run([sys.executable, "-c", code], env={"HOROVOD_Q8_NATIVE": "0", "PATH": "/usr/bin:/bin"},
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+@pytest.mark.parametrize("n", [1, 2, 15, 17, 4099, 300_001])
+@pytest.mark.parametrize("with_residual", [True, False])
+def test_threshold_codes_and_residual_match_the_reference(n, with_residual):
+    """g = x + residual at and around every level, both signs, +-0, NaN and +-Inf."""
+    fmt = get("q4_threshold").for_shape((n,))
+    lv = np.asarray(fmt.levels, np.float32)
+    special = np.concatenate([lv, np.nextafter(lv, np.float32(0)), np.nextafter(lv, np.float32(np.inf)),
+                              [0.0, -0.0, np.nan, np.inf, -np.inf]]).astype(np.float32)
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * lv[-1]).astype(np.float32)
+    k = min(n, special.size)
+    x[:k] = special[:k] * np.where(np.arange(k) % 2, -1, 1).astype(np.float32)
+    r0 = (rng.standard_normal(n) * lv[0]).astype(np.float32) if with_residual else None
+    r_ref = None if r0 is None else r0.copy()
+    r_cpu = None if r0 is None else r0.copy()
+    ref = q.quantize(x, fmt, residual=r_ref, backend="reference")
+    assert np.array_equal(ref, q.quantize(x, fmt, residual=r_cpu, backend="cpu"))
+    if with_residual:
+        assert np.array_equal(r_ref.view(np.uint32), r_cpu.view(np.uint32))
+
+
+def test_threshold_threads_split_on_bytes():
+    n = PARALLEL_MIN * 2 + 777
+    fmt = get("q4_threshold").for_shape((n,))
+    x = edge_tensor(n, np.random.default_rng(5)) * np.float32(1e-3)
+    r_ref, r_nat = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    want = q.quantize(x, fmt, residual=r_ref, backend="reference")
+    got = np.zeros_like(want)
+    native.threshold4(x, n, r_nat, got[4 * fmt.n_blocks(n):], cpu.padded_levels(tuple(fmt.levels)), 3)
+    assert np.array_equal(want, got) and np.array_equal(r_ref.view(np.uint32), r_nat.view(np.uint32))
+
+
+@pytest.mark.parametrize("name", ["q8", "q4", "twobit"])
+@pytest.mark.parametrize("scale", [0.5, 1 / 3])
+def test_decode_times_a_factor_in_the_same_pass(name, scale):
+    """(value * block scale) * factor, rounded twice, as a second pass over the result would."""
+    n = 5003
+    fmt = get(name).for_shape((n,))
+    x = edge_tensor(n, np.random.default_rng(3))
+    buf = q.quantize(x, fmt, residual=np.zeros(n, np.float32) if fmt.uses_residual else None, backend="reference")
+    want = q.dequantize(buf, fmt, n, backend="reference") * np.float32(scale)
+    for be in ("reference", "cpu"):
+        got = np.empty(n, np.float32)
+        backends.get(be).decode(buf, fmt, n, out=got, scale=scale)
+        assert np.array_equal(want.view(np.uint32), got.view(np.uint32)), be
+        with pytest.raises(ValueError, match="accumulation"):
+            backends.get(be).decode(buf, fmt, n, out=got, accumulate=True, scale=scale)

@@ -36,6 +36,11 @@ def native_decoder(fmt: Format, n: int):
     return fmt.decode_table() if fmt.bits == 4 else None
 
 
+def _check_scale(scale: float, accumulate: bool) -> None:
+    if scale != 1.0 and accumulate:
+        raise ValueError("decode: scale applies to decoded values, not to an accumulation")
+
+
 def _byte_blocks(fmt: Format, n: int) -> bool:
     """Every block's codes start on a byte."""
     return fmt.n_blocks(n) <= 1 or fmt.block_for(n) * fmt.bits % 8 == 0
@@ -79,6 +84,9 @@ def encode(x: np.ndarray, fmt: Format, residual: Optional[np.ndarray] = None,
         K.kernel("encode_codebook", n)(
             x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, t.lut, t.mids, t.values,
             t.positive_mid_bits, t.size, fmt.bits, t.zero_code, fmt.rounding == "stochastic", seed)
+    elif fmt.bits == 4 and native.library() is not None and x.flags.c_contiguous and \
+            (residual is None or residual.flags.c_contiguous):
+        native.threshold4(x, n, residual, codes, padded_levels(tuple(fmt.levels)), threads(n))
     else:
         use = residual is not None
         r = residual if use else np.empty(0, np.float32)
@@ -88,8 +96,10 @@ def encode(x: np.ndarray, fmt: Format, residual: Optional[np.ndarray] = None,
 
 
 def decode(buf: np.ndarray, fmt: Format, n: int, out: Optional[np.ndarray] = None,
-           accumulate: bool = False) -> np.ndarray:
-    """Dequantize into float32 `out` (or add into it when accumulate)."""
+           accumulate: bool = False, scale: float = 1.0) -> np.ndarray:
+    """Dequantize into float32 `out` (or add into it when accumulate); times float32 `scale`
+    (not with accumulate), in the same pass where the native kernels apply."""
+    _check_scale(scale, accumulate)
     if out is None:
         out = np.zeros(n, dtype=np.float32) if accumulate else np.empty(n, dtype=np.float32)
     if n == 0:
@@ -98,8 +108,11 @@ def decode(buf: np.ndarray, fmt: Format, n: int, out: Optional[np.ndarray] = Non
     nt = native_decoder(fmt, n) if out.flags.c_contiguous else None
     if nt is not None:
         scales = buf[: 4 * nb].view(np.float32) if fmt.has_scales else None
-        native.decode(buf[4 * nb:], n, fmt.block_for(n), fmt.bits, scales, nt, out, accumulate, threads(n))
+        native.decode(buf[4 * nb:], n, fmt.block_for(n), fmt.bits, scales, nt, out, accumulate, threads(n),
+                      float(np.float32(scale)))
         return out
     K.kernel("decode", n)(buf[4 * nb:], n, fmt.block_for(n), buf[: 4 * nb].view(np.float32), fmt.has_scales,
                           fmt.decode_table(), fmt.bits, out, accumulate)
+    if scale != 1.0:
+        out *= np.float32(scale)
     return out

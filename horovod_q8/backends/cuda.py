@@ -77,8 +77,11 @@ def encode(x, fmt: Format, residual=None, seed: Optional[int] = None, out=None):
     return out
 
 
-def decode(buf, fmt: Format, n: int, out=None, accumulate: bool = False):
-    """Dequantize into a float32 CuPy array (or add into it when accumulate)."""
+def decode(buf, fmt: Format, n: int, out=None, accumulate: bool = False, scale: float = 1.0):
+    """Dequantize into a float32 CuPy array (or add into it when accumulate); times float32
+    `scale` (not with accumulate)."""
+    if scale != 1.0 and accumulate:
+        raise ValueError("decode: scale applies to decoded values, not to an accumulation")
     cp = _cp()
     if out is None:
         out = cp.zeros(n, cp.float32) if accumulate else cp.empty(n, cp.float32)
@@ -91,4 +94,6 @@ def decode(buf, fmt: Format, n: int, out=None, accumulate: bool = False):
         _grid(-(-n // per)), (THREADS,),
         (buf[4 * nb:], cp.int64(n), cp.int64(fmt.block_for(n)), scales, cp.int32(fmt.has_scales),
          _device_table(fmt, "decode"), cp.int32(fmt.bits), out, cp.int32(accumulate)))
+    if scale != 1.0:
+        out *= cp.float32(scale)
     return out

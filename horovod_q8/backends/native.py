@@ -2,8 +2,8 @@
 cached, called through ctypes by `backends.cpu`; the same bytes as the reference.
 
 Used when the CPU has AVX-512 and a compiler is found, for: nearest-rounded 8-bit codebooks
-(q8 and the three other 8-bit tables), nearest-rounded q4, and decoding any 8-bit codebook
-or 4-bit format. Everything else, or HOROVOD_Q8_NATIVE=0, keeps the Numba kernels. Each table is checked where it is built (`symmetric_tables`) to fit the
+(q8 and the three other 8-bit tables), nearest-rounded q4, 4-bit threshold codes (with or
+without a residual), and decoding any 8-bit codebook or 4-bit format. Everything else, or HOROVOD_Q8_NATIVE=0, keeps the Numba kernels. Each table is checked where it is built (`symmetric_tables`) to fit the
 kernel's one-estimate-one-comparison search, and tests/test_native_codec.py checks every
 float32 in [-1, 1].
 """
@@ -87,10 +87,11 @@ def _load() -> tuple[Optional[ctypes.CDLL], str]:
         return None, "the CPU has no AVX-512 (F, BW, VL)"
     p, i64 = ctypes.c_void_p, ctypes.c_int64
     lib.hq8_encode8.argtypes = [p, i64, i64, p, p, p]
-    lib.hq8_decode8.argtypes = [p, i64, i64, p, p, p, ctypes.c_int]
+    lib.hq8_decode8.argtypes = [p, i64, i64, p, p, p, ctypes.c_int, ctypes.c_float]
     lib.hq8_encode4.argtypes = [p, i64, i64, p, p, p, ctypes.c_int]
-    lib.hq8_decode4.argtypes = [p, i64, i64, p, p, p, ctypes.c_int]
-    for f in (lib.hq8_encode8, lib.hq8_decode8, lib.hq8_encode4, lib.hq8_decode4):
+    lib.hq8_decode4.argtypes = [p, i64, i64, p, p, p, ctypes.c_int, ctypes.c_float]
+    lib.hq8_threshold4.argtypes = [p, i64, p, p, p, ctypes.c_int]
+    for f in (lib.hq8_encode8, lib.hq8_decode8, lib.hq8_encode4, lib.hq8_decode4, lib.hq8_threshold4):
         f.restype = None
     return lib, f"AVX-512 8- and 4-bit kernels built with {cc} ({path})"
 
@@ -203,10 +204,24 @@ def encode4(x: np.ndarray, n: int, block: int, scale_bits: np.ndarray, codes: np
     _run([part(a, b) for a, b in _split(n, block, threads)])
 
 
+def threshold4(x: np.ndarray, n: int, residual: Optional[np.ndarray], codes: np.ndarray, levels: np.ndarray,
+               threads: int) -> None:
+    """4-bit threshold codes of g = x (+ residual, which keeps what was not sent); levels:
+    float32[7], padded with +inf."""
+    lib = library()
+    xp, cp, lp = x.ctypes.data, codes.ctypes.data, levels.ctypes.data
+    rp = residual.ctypes.data if residual is not None else None
+
+    def part(a: int, b: int):
+        r = None if rp is None else rp + 4 * a
+        return lambda: lib.hq8_threshold4(xp + 4 * a, b - a, r, cp + a // 2, lp, 8)
+    _run([part(a, b) for a, b in _split(n, 1 << 14, threads)])
+
+
 def decode(codes: np.ndarray, n: int, block: int, bits: int, scales: Optional[np.ndarray], table,
-           out: np.ndarray, accumulate: bool, threads: int) -> None:
+           out: np.ndarray, accumulate: bool, threads: int, post: float = 1.0) -> None:
     """out = value * scale (or out += it) of 8-bit codes (table: SymmetricTables) or 4-bit ones
-    (table: float32[16]); scales None means 1."""
+    (table: float32[16]); scales None means 1; post: a further float32 factor (not with accumulate)."""
     lib = library()
     fn, t = (lib.hq8_decode8, ctypes.byref(table)) if bits == 8 else (lib.hq8_decode4, table.ctypes.data)
     cp, op = codes.ctypes.data, out.ctypes.data
@@ -214,5 +229,5 @@ def decode(codes: np.ndarray, n: int, block: int, bits: int, scales: Optional[np
 
     def part(a: int, b: int):
         s = None if sp is None else sp + 4 * (a // block)
-        return lambda: fn(cp + a * bits // 8, b - a, block, s, t, op + 4 * a, int(accumulate))
+        return lambda: fn(cp + a * bits // 8, b - a, block, s, t, op + 4 * a, int(accumulate), post)
     _run([part(a, b) for a, b in _split(n, block, threads)])

@@ -17,8 +17,13 @@ def encode(x: np.ndarray, fmt: Format, residual=None, seed: Optional[int] = None
     return out
 
 
-def decode(buf: np.ndarray, fmt: Format, n: int, out=None, accumulate: bool = False):
+def decode(buf: np.ndarray, fmt: Format, n: int, out=None, accumulate: bool = False, scale: float = 1.0):
+    """Dequantize (times float32 `scale`, not with accumulate)."""
+    if scale != 1.0 and accumulate:
+        raise ValueError("decode: scale applies to decoded values, not to an accumulation")
     values = R.decode(buf, fmt, n)
+    if scale != 1.0:
+        values *= np.float32(scale)
     if out is None:
         return values
     if accumulate:

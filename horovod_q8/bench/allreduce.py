@@ -7,6 +7,8 @@ from typing import List, Optional
 
 import numpy as np
 
+from horovod_q8.bench.common import READBACK
+
 ALL = ["none", "fp16", "q8", "q8_linear", "q8_mantissa", "q8_static_tree", "q4", "q4_threshold",
        "twobit"]
 
@@ -24,6 +26,9 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("--fusion-mb", default="16",
                    help="comma list of bucket sizes (MiB) for the ResNet-50 stock path; each its own table")
     p.add_argument("--no-per-tensor", action="store_true", help="skip ResNet-50's per-tensor table")
+    p.add_argument("--readback", choices=READBACK, default="one",
+                   help="after each op read back one element (default: the op has finished) or every "
+                        "result into NumPy (adds a copy of the whole result to every row)")
     p.add_argument("--breakdown", action="store_true",
                    help="where the time goes (codec, collectives, host calls, rest) for one tensor")
     p.add_argument("--breakdown-elements", type=int, default=25_600_000)
@@ -51,7 +56,7 @@ def run(args: argparse.Namespace) -> None:
     import tensorflow as tf
 
     from horovod_q8.bench.breakdown import slowest_per_round
-    from horovod_q8.bench.common import machine, markdown, round_ratios, rounds
+    from horovod_q8.bench.common import machine, markdown, readback, round_ratios, rounds
     from horovod_q8.tensorflow import compressor
     from horovod_q8.tensorflow.traffic import bytes_per_step
 
@@ -73,11 +78,13 @@ def run(args: argparse.Namespace) -> None:
         print(f"## {title}\n\n" + markdown(["compression", "ms", "MB sent/rank", "speedup vs fp32",
                                            "speedup vs fp16", "vs fp16, range over rounds"], rows)
               + f"\n\nms: the slowest rank's median of {args.repeats} rounds, every compression once "
-              "per round in rotating order; speedups: the median of the ratios within a round\n", flush=True)
+              "per round in rotating order, then a read-back of "
+              + ("one element" if args.readback == "one" else "every result into NumPy")
+              + "; speedups: the median of the ratios within a round\n", flush=True)
 
     if args.breakdown:
         from horovod_q8.bench import breakdown
-        breakdown.run(args.breakdown_elements, names, args.repeats)
+        breakdown.run(args.breakdown_elements, names, args.repeats, args.readback)
 
     if not args.no_sizes:
         for mb in [float(s) for s in args.sizes_mb.split(",")]:
@@ -87,7 +94,7 @@ def run(args: argparse.Namespace) -> None:
             for name, pipe in names:
                 comp = compressor(name, pipeline_elements=pipe) if pipe else compressor(name)
                 f = tf.function(lambda t, c=comp: hvd.allreduce(t, compression=c, name=f"b{mb}"))
-                fns[label(name, pipe)] = lambda f=f: f(x).numpy()
+                fns[label(name, pipe)] = lambda f=f: readback(f(x), args.readback)
                 nbytes[label(name, pipe)] = bytes_per_step([(n,)], comp, hvd.size())
             report(f"one tensor of {mb:g} MB ({n} float32)", slowest_per_round(rounds(fns, args.repeats)), nbytes)
 
@@ -101,7 +108,7 @@ def run(args: argparse.Namespace) -> None:
             for name, pipe in names:
                 comp = compressor(name, pipeline_elements=pipe) if pipe else compressor(name)
                 fn = optimizer_reducer(comp, per_tensor, int(fusion_mb * 2 ** 20))
-                fns[label(name, pipe)] = lambda fn=fn: [g.numpy() for g in fn(grads)]
+                fns[label(name, pipe)] = lambda fn=fn: readback(fn(grads), args.readback)
                 nbytes[label(name, pipe)] = bytes_per_step(shapes, comp, hvd.size(), fused=not per_tensor,
                                                            fusion_bytes=int(fusion_mb * 2 ** 20) or 1)
             times = slowest_per_round(rounds(fns, args.repeats))

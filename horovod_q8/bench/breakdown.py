@@ -91,7 +91,8 @@ def _op(name: str, pipe: int):
                                                      name=f"bd.{name}.{pipe}"))
 
 
-def compressed_phases(name: str, x, repeats: int, pipe: int, comp, op, total: float) -> Dict[str, float]:
+def compressed_phases(name: str, x, repeats: int, pipe: int, comp, op, total: float,
+                      back: str = "one") -> Dict[str, float]:
     """Codec, collectives alone, host calls alone and the rest of one compression (`comp`, as
     `_op` made it with `op`) whose whole op took `total` seconds (in pieces of `pipe` elements when > 0: collectives and host calls
     alone are then those of the whole tensor, and the rest can be negative, the overlap)."""
@@ -102,8 +103,10 @@ def compressed_phases(name: str, x, repeats: int, pipe: int, comp, op, total: fl
     from horovod_q8.tensorflow import compressor
     from horovod_q8.tensorflow.transport import HorovodTransport
 
-    faults = _page_faults(lambda: op(x).numpy())
-    split = [_profiled(lambda: op(x).numpy()) for _ in range(3)]
+    from horovod_q8.bench.common import readback
+
+    faults = _page_faults(lambda: readback(op(x), back))
+    split = [_profiled(lambda: readback(op(x), back)) for _ in range(3)]
     split = {k: float(np.median([d[k] for d in split])) for k in split[0]}
     n = int(x.shape[0])
     req = policy.request(compressor(name), n, "other")
@@ -118,7 +121,7 @@ def compressed_phases(name: str, x, repeats: int, pipe: int, comp, op, total: fl
         if two_phase:
             outs.append(hvd.alltoall(send, splits=plan.send_splits, name=f"bd.{name}.a2a")[0])
         return outs
-    collectives = _median_slowest(lambda: [o.numpy() for o in wire()], repeats)
+    collectives = _median_slowest(lambda: readback(wire(), "all"), repeats)  # small uint8 results
 
     sizes = [send.shape[0], plan.fmt.nbytes(plan.chunk_len(plan.rank)), n] if two_phase else [send.shape[0], n]
     dtypes = [tf.uint8, tf.uint8, tf.float32] if two_phase else [tf.uint8, tf.float32]
@@ -131,7 +134,7 @@ def compressed_phases(name: str, x, repeats: int, pipe: int, comp, op, total: fl
         for size, dtype in zip(sizes, dtypes):  # the op's host calls, each producing its output
             y = tf.numpy_function(lambda a, s=int(size), d=dtype.as_numpy_dtype: make("probe", s, d), [y], dtype)
         return y
-    host_calls = _median_slowest(lambda: boundary(x).numpy(), repeats)
+    host_calls = _median_slowest(lambda: readback(boundary(x), back), repeats)
     kernels = split["codec"]
     return {"total": total, "codec": kernels, "collectives": collectives, "host_calls": host_calls,
             "rest": total - kernels - collectives - host_calls, "head": split["head"],
@@ -139,34 +142,35 @@ def compressed_phases(name: str, x, repeats: int, pipe: int, comp, op, total: fl
             "bytes_sent": float(policy.decide(comp, True, n, hvd.size()).bytes_compressed)}
 
 
-def baseline_phases(name: str, x, op) -> Dict[str, float]:
+def baseline_phases(name: str, x, op, back: str = "one") -> Dict[str, float]:
     """Horovod's none / fp16: the whole op only (its phases run inside Horovod)."""
     import horovod.tensorflow as hvd
 
+    from horovod_q8.bench.common import readback
     from horovod_q8.collective import policy
 
-    return {"faults": _page_faults(lambda: op(x).numpy()),
+    return {"faults": _page_faults(lambda: readback(op(x), back)),
             "bytes_sent": policy.ring_bytes(int(x.shape[0]), 2 if name == "fp16" else 4, hvd.size())}
 
 
-def run(elements: int, names: List[tuple], repeats: int) -> Dict[str, Dict[str, float]]:
+def run(elements: int, names: List[tuple], repeats: int, back: str = "one") -> Dict[str, Dict[str, float]]:
     """Rank 0 prints the table; every rank returns the figures."""
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
     from horovod_q8.bench.allreduce import label as row_label
-    from horovod_q8.bench.common import machine, markdown, round_ratios, rounds
+    from horovod_q8.bench.common import machine, markdown, readback, round_ratios, rounds
 
     x = tf.constant(np.random.default_rng(hvd.rank()).standard_normal(elements).astype(np.float32))
     ops = {row_label(name, pipe): (name, pipe, *_op(name, pipe)) for name, pipe in names}
-    totals = slowest_per_round(rounds({k: (lambda op=op: op(x).numpy()) for k, (*_, op) in ops.items()},
+    totals = slowest_per_round(rounds({k: (lambda op=op: readback(op(x), back)) for k, (*_, op) in ops.items()},
                                       repeats))
     vs16 = round_ratios(totals, "fp16")
     rows = {}
     for label, (name, pipe, comp, op) in ops.items():
         total = float(np.median(totals[label]))
-        rows[label] = dict(baseline_phases(name, x, op) if name in ("none", "fp16")
-                           else compressed_phases(name, x, repeats, pipe, comp, op, total), total=total)
+        rows[label] = dict(baseline_phases(name, x, op, back) if name in ("none", "fp16")
+                           else compressed_phases(name, x, repeats, pipe, comp, op, total, back), total=total)
     if hvd.rank() == 0:
         print(f"## breakdown: one tensor of {elements} float32, {hvd.size()} ranks, {machine()}\n")
         nan = float("nan")
@@ -178,11 +182,12 @@ def run(elements: int, names: List[tuple], repeats: int) -> Dict[str, Dict[str, 
                         "page faults/op (k, rank 0)", "MB sent/rank", "speedup vs fp16",
                         "lowest", "highest"], table), flush=True)
         print(f"\ntotal: the slowest rank's median of {repeats} rounds, every compression once per round "
-              "in rotating order; speedup vs fp16: the median (lowest, highest) of the ratios within a "
+              f"in rotating order, each op followed by a read-back of "
+              f"{'one element' if back == 'one' else 'its whole result into NumPy'}; speedup vs fp16: the median (lowest, highest) of the ratios within a "
               "round. codec kernels: time inside the host calls; collectives / host calls alone: the same "
               "byte collectives, and the same host calls without coding, each timed by itself; rest: "
               "total minus those three. One profiled call split at its host calls: head (before the "
               "first), gaps (between them: the collectives and any waiting), tail (after the last: "
-              "decompress, Horovod's control allreduce, the copy out). Page faults: minor faults of "
+              "decompress, Horovod's control allreduce, the read-back). Page faults: minor faults of "
               "rank 0's process per op (first touches of fresh memory), mean of 3.", flush=True)
     return rows

@@ -149,14 +149,16 @@ def decode_gathered(plan: Plan, gathered, out=None, scale: float = 1.0):
     be = backends.for_array(gathered)
     if out is None:
         out = xp.empty(plan.n, dtype=xp.float32)
+    fused = 1.0 if plan.fmt.uses_residual else scale  # threshold formats scale by N first
     offset = 0
     for r in range(plan.size):
         s, e = plan.bounds(r)
         nbytes = plan.gathered_sizes[r]
-        be.decode(gathered[offset: offset + nbytes], plan.fmt, e - s, out=out[s:e])
+        be.decode(gathered[offset: offset + nbytes], plan.fmt, e - s, out=out[s:e], scale=fused)
         offset += nbytes
-    if plan.fmt.uses_residual:
-        out *= plan.size
+    if not plan.fmt.uses_residual:
+        return out
+    out *= plan.size
     return _scaled(out, scale)
 
 
