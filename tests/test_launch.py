@@ -112,6 +112,7 @@ def test_doctor_reports_every_check():
     out = subprocess.run([sys.executable, "-m", "horovod_q8.cli", "doctor"], capture_output=True, text=True,
                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     lines = [line for line in out.stdout.splitlines() if line[:4] in ("OK  ", "FIX ")]
-    assert len(lines) == 8, out.stdout + out.stderr
+    assert len(lines) == 9, out.stdout + out.stderr
+    assert any(line.split()[1] == "native" for line in lines), out.stdout
     assert out.returncode == 0, out.stdout  # this machine is set up by scripts/setup.sh
     assert any("Horovod 0.28.1 built with Gloo, MPI" in line for line in lines)
