@@ -40,20 +40,19 @@ AVX512 static uint32_t absmax_bits(const float *x, int64_t n) {
 // cnt = count(positive mids < |v|) (for v < 0: <= |v|, i.e. < the next float, as bits + 1),
 // code = center +- cnt. cnt comes from an estimate and one exact comparison: the positive
 // values fall into segments where they are evenly spaced (a decade of the dynamic tree), the
-// segment d = count(first mids of segments < a) is exact, the estimate k = floor(a * c1[d] -
-// c0[d]) inside it is never above the count of the segment's mids below a and at most one
-// under (c0 carries a margin far above float32 rounding, far below a spacing), and
-// pmid[base[d] + k] < a adds the one. tests/test_native_codec.py checks every float32 in [-1, 1].
+// segment d = count(lowest mids of segments < a) comes from a's binary exponent and one
+// comparison, the estimate k = floor(a * c1[d] - c0[d]) inside it is never above the count of
+// the segment's mids below a and at most one under (it lies within a quarter step of every
+// midpoint, checked where the tables are built), and pmid[base[d] + k] < a adds the one. tests/test_native_codec.py checks every float32 in [-1, 1].
 typedef struct {
     int32_t pmid[128];     // bits of the positive mids, ascending, padded with +Inf bits
-    int32_t seg_lo[16];    // bits of each segment's lowest mid (segments 1..nseg)
     int32_t d_exp[32];     // count of segments' lowest mids below 2**(e - 127) for e = 96..127
     int32_t lo_next[16];   // by d: bits of segment d+1's lowest mid (+Inf bits past the last)
     int32_t base[16];      // by d: count of mids up to and including the segment's lowest
     int32_t kmax[16];      // by d: the segment's values - 1
     float c1[16], c0[16];  // by d: the estimate's slope and offset
     float pos[128];        // table[center + j] for j = 0..127 (the last repeats the largest)
-    int32_t nseg, center;
+    int32_t center;
 } hq8_symmetric;
 
 // t[8]: 128 int32 entries; permutex2var picks from 32 (index bits 0-4), bits 5 and 6 choose.

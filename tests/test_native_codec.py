@@ -16,7 +16,7 @@ from horovod_q8.backends.cpu_kernels import PARALLEL_MIN, SERIAL
 from horovod_q8.formats import codebooks, get
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no AVX-512 CPU or no C compiler here")
-SIGNED8 = [n for n in ("dynamic_tree", "linear", "mantissa", "static_tree")]
+SIGNED8 = ["dynamic_tree", "linear", "mantissa", "static_tree"]
 CHUNK = 1 << 24
 
 

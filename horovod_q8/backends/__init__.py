@@ -1,5 +1,5 @@
-"""Backends: `reference` (NumPy, the spec), `cpu` (Numba, and `native` AVX-512 for 8-bit codes),
-`cuda` (CuPy). Same bytes from each."""
+"""Backends: `reference` (NumPy, the spec), `cpu` (the `native` AVX-512 kernels where they apply,
+else Numba), `cuda` (CuPy). Same bytes from each."""
 from __future__ import annotations
 
 from importlib import resources
@@ -17,6 +17,12 @@ def kernel_source(name: str = "codec.cu") -> str:
     if checkout.exists():
         return checkout.read_text()
     return resources.files("horovod_q8.kernels").joinpath(name).read_text()
+
+
+def check_decode_scale(scale: float, accumulate: bool) -> None:
+    """Every backend's decode: a factor scales decoded values, never an accumulation."""
+    if scale != 1.0 and accumulate:
+        raise ValueError("decode: scale applies to decoded values, not to an accumulation")
 
 
 def get(name: str) -> ModuleType:

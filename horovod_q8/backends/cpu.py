@@ -8,7 +8,7 @@ from typing import Optional
 import numpy as np
 
 from horovod_q8.backends import cpu_kernels as K
-from horovod_q8.backends import native
+from horovod_q8.backends import check_decode_scale, native
 from horovod_q8.formats.codebooks import tables
 from horovod_q8.formats.spec import CODEBOOK, Format
 
@@ -34,11 +34,6 @@ def native_decoder(fmt: Format, n: int):
     if fmt.bits == 8 and fmt.kind == CODEBOOK:
         return native.symmetric_tables(fmt.codebook)
     return fmt.decode_table() if fmt.bits == 4 else None
-
-
-def _check_scale(scale: float, accumulate: bool) -> None:
-    if scale != 1.0 and accumulate:
-        raise ValueError("decode: scale applies to decoded values, not to an accumulation")
 
 
 def _byte_blocks(fmt: Format, n: int) -> bool:
@@ -99,7 +94,7 @@ def decode(buf: np.ndarray, fmt: Format, n: int, out: Optional[np.ndarray] = Non
            accumulate: bool = False, scale: float = 1.0) -> np.ndarray:
     """Dequantize into float32 `out` (or add into it when accumulate); times float32 `scale`
     (not with accumulate), in the same pass where the native kernels apply."""
-    _check_scale(scale, accumulate)
+    check_decode_scale(scale, accumulate)
     if out is None:
         out = np.zeros(n, dtype=np.float32) if accumulate else np.empty(n, dtype=np.float32)
     if n == 0:

@@ -5,7 +5,7 @@ import functools
 from typing import Optional
 
 from horovod_q8 import _compat
-from horovod_q8.backends import kernel_source
+from horovod_q8.backends import check_decode_scale, kernel_source
 from horovod_q8.formats.codebooks import tables
 from horovod_q8.formats.spec import CODEBOOK, Format
 
@@ -80,8 +80,7 @@ def encode(x, fmt: Format, residual=None, seed: Optional[int] = None, out=None):
 def decode(buf, fmt: Format, n: int, out=None, accumulate: bool = False, scale: float = 1.0):
     """Dequantize into a float32 CuPy array (or add into it when accumulate); times float32
     `scale` (not with accumulate)."""
-    if scale != 1.0 and accumulate:
-        raise ValueError("decode: scale applies to decoded values, not to an accumulation")
+    check_decode_scale(scale, accumulate)
     cp = _cp()
     if out is None:
         out = cp.zeros(n, cp.float32) if accumulate else cp.empty(n, cp.float32)

@@ -3,9 +3,10 @@ cached, called through ctypes by `backends.cpu`; the same bytes as the reference
 
 Used when the CPU has AVX-512 and a compiler is found, for: nearest-rounded 8-bit codebooks
 (q8 and the three other 8-bit tables), nearest-rounded q4, 4-bit threshold codes (with or
-without a residual), and decoding any 8-bit codebook or 4-bit format. Everything else, or HOROVOD_Q8_NATIVE=0, keeps the Numba kernels. Each table is checked where it is built (`symmetric_tables`) to fit the
-kernel's one-estimate-one-comparison search, and tests/test_native_codec.py checks every
-float32 in [-1, 1].
+without a residual), and decoding any 8-bit codebook or 4-bit format. Everything else, or
+HOROVOD_Q8_NATIVE=0, keeps the Numba kernels. Each table is checked where it is built
+(`symmetric_tables`) to fit the kernel's one-estimate-one-comparison search, and
+tests/test_native_codec.py checks every float32 in [-1, 1].
 """
 from __future__ import annotations
 
@@ -35,9 +36,9 @@ _I32, _F32 = ctypes.c_int32, ctypes.c_float
 class SymmetricTables(ctypes.Structure):
     """The kernel's `hq8_symmetric`: field for field, see kernels/codec_x86.c."""
 
-    _fields_ = [("pmid", _I32 * 128), ("seg_lo", _I32 * 16), ("d_exp", _I32 * 32), ("lo_next", _I32 * 16),
-                ("base", _I32 * 16), ("kmax", _I32 * 16), ("c1", _F32 * 16), ("c0", _F32 * 16),
-                ("pos", _F32 * 128), ("nseg", _I32), ("center", _I32)]
+    _fields_ = [("pmid", _I32 * 128), ("d_exp", _I32 * 32), ("lo_next", _I32 * 16), ("base", _I32 * 16),
+                ("kmax", _I32 * 16), ("c1", _F32 * 16), ("c0", _F32 * 16), ("pos", _F32 * 128),
+                ("center", _I32)]
 
 
 def cache_dir() -> Path:
@@ -140,7 +141,6 @@ def symmetric_tables(name: str) -> Optional[SymmetricTables]:
     pmid = np.full(128, INF_BITS, np.int32)
     pmid[: len(pm)] = pm.view(np.int32)
     T.pmid[:] = pmid.tolist()
-    T.seg_lo[: len(segs)] = lows.view(np.int32).tolist()
     T.lo_next[:] = np.concatenate([lows.view(np.int32), np.full(16 - len(segs), INF_BITS, np.int32)]).tolist()
     binades = (2.0 ** (np.arange(EXP_LOW, 128) - 127)).astype(np.float32)
     T.d_exp[:] = [int(np.count_nonzero(lows < e)) for e in binades]
@@ -155,7 +155,7 @@ def symmetric_tables(name: str) -> Optional[SymmetricTables]:
     positive = np.full(128, vals[-1], np.float32)
     positive[: t.size - c] = vals[c:]
     T.pos[:] = positive.tolist()
-    T.nseg, T.center = len(segs), c
+    T.center = c
     return T
 
 
@@ -173,10 +173,12 @@ def _split(n: int, block: int, threads: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(cut, cut[1:]) if b > a]
 
 
-def _run(calls: list) -> None:
-    """Run the zero-argument calls, the first on this thread (ctypes releases the GIL)."""
-    futures = [_pool(len(calls)).submit(f) for f in calls[1:]]
-    calls[0]()
+def _in_parts(n: int, block: int, threads: int, call) -> None:
+    """call(a, b) for block-aligned ranges [a, b) of n elements, one per thread, the first on
+    this thread (ctypes releases the GIL)."""
+    parts = _split(n, block, threads)
+    futures = [_pool(len(parts)).submit(call, a, b) for a, b in parts[1:]]
+    call(*parts[0])
     for f in futures:
         f.result()
 
@@ -186,10 +188,8 @@ def encode8(x: np.ndarray, n: int, block: int, scale_bits: np.ndarray, codes: np
     """Scales and nearest 8-bit codes of float32 x (contiguous), `threads` at most."""
     lib, t = library(), ctypes.byref(T)
     xp, sp, cp = x.ctypes.data, scale_bits.ctypes.data, codes.ctypes.data
-
-    def part(a: int, b: int):
-        return lambda: lib.hq8_encode8(xp + 4 * a, b - a, block, sp + 4 * (a // block), cp + a, t)
-    _run([part(a, b) for a, b in _split(n, block, threads)])
+    _in_parts(n, block, threads,
+              lambda a, b: lib.hq8_encode8(xp + 4 * a, b - a, block, sp + 4 * (a // block), cp + a, t))
 
 
 def encode4(x: np.ndarray, n: int, block: int, scale_bits: np.ndarray, codes: np.ndarray, positive_mids: np.ndarray,
@@ -198,10 +198,8 @@ def encode4(x: np.ndarray, n: int, block: int, scale_bits: np.ndarray, codes: np
     bits); `block` even or n <= block, so that every block starts on a byte."""
     lib = library()
     xp, sp, cp, pp = x.ctypes.data, scale_bits.ctypes.data, codes.ctypes.data, positive_mids.ctypes.data
-
-    def part(a: int, b: int):
-        return lambda: lib.hq8_encode4(xp + 4 * a, b - a, block, sp + 4 * (a // block), cp + a // 2, pp, center)
-    _run([part(a, b) for a, b in _split(n, block, threads)])
+    _in_parts(n, block, threads, lambda a, b: lib.hq8_encode4(xp + 4 * a, b - a, block, sp + 4 * (a // block),
+                                                              cp + a // 2, pp, center))
 
 
 def threshold4(x: np.ndarray, n: int, residual: Optional[np.ndarray], codes: np.ndarray, levels: np.ndarray,
@@ -211,11 +209,8 @@ def threshold4(x: np.ndarray, n: int, residual: Optional[np.ndarray], codes: np.
     lib = library()
     xp, cp, lp = x.ctypes.data, codes.ctypes.data, levels.ctypes.data
     rp = residual.ctypes.data if residual is not None else None
-
-    def part(a: int, b: int):
-        r = None if rp is None else rp + 4 * a
-        return lambda: lib.hq8_threshold4(xp + 4 * a, b - a, r, cp + a // 2, lp, 8)
-    _run([part(a, b) for a, b in _split(n, 1 << 14, threads)])
+    _in_parts(n, 1 << 14, threads, lambda a, b: lib.hq8_threshold4(
+        xp + 4 * a, b - a, None if rp is None else rp + 4 * a, cp + a // 2, lp, 8))
 
 
 def decode(codes: np.ndarray, n: int, block: int, bits: int, scales: Optional[np.ndarray], table,
@@ -226,8 +221,6 @@ def decode(codes: np.ndarray, n: int, block: int, bits: int, scales: Optional[np
     fn, t = (lib.hq8_decode8, ctypes.byref(table)) if bits == 8 else (lib.hq8_decode4, table.ctypes.data)
     cp, op = codes.ctypes.data, out.ctypes.data
     sp = scales.ctypes.data if scales is not None else None
-
-    def part(a: int, b: int):
-        s = None if sp is None else sp + 4 * (a // block)
-        return lambda: fn(cp + a * bits // 8, b - a, block, s, t, op + 4 * a, int(accumulate), post)
-    _run([part(a, b) for a, b in _split(n, block, threads)])
+    _in_parts(n, block, threads, lambda a, b: fn(cp + a * bits // 8, b - a, block,
+                                                 None if sp is None else sp + 4 * (a // block), t, op + 4 * a,
+                                                 int(accumulate), post))

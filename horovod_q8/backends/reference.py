@@ -5,6 +5,7 @@ from typing import Optional
 
 import numpy as np
 
+from horovod_q8.backends import check_decode_scale
 from horovod_q8.formats import reference as R
 from horovod_q8.formats.spec import Format
 
@@ -19,8 +20,7 @@ def encode(x: np.ndarray, fmt: Format, residual=None, seed: Optional[int] = None
 
 def decode(buf: np.ndarray, fmt: Format, n: int, out=None, accumulate: bool = False, scale: float = 1.0):
     """Dequantize (times float32 `scale`, not with accumulate)."""
-    if scale != 1.0 and accumulate:
-        raise ValueError("decode: scale applies to decoded values, not to an accumulation")
+    check_decode_scale(scale, accumulate)
     values = R.decode(buf, fmt, n)
     if scale != 1.0:
         values *= np.float32(scale)

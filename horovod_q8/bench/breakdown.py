@@ -17,6 +17,8 @@ from typing import Callable, Dict, List
 
 import numpy as np
 
+from horovod_q8.bench.common import readback
+
 
 def _median_slowest(fn: Callable[[], object], repeats: int) -> float:
     import horovod.tensorflow as hvd
@@ -103,8 +105,6 @@ def compressed_phases(name: str, x, repeats: int, pipe: int, comp, op, total: fl
     from horovod_q8.tensorflow import compressor
     from horovod_q8.tensorflow.transport import HorovodTransport
 
-    from horovod_q8.bench.common import readback
-
     faults = _page_faults(lambda: readback(op(x), back))
     split = [_profiled(lambda: readback(op(x), back)) for _ in range(3)]
     split = {k: float(np.median([d[k] for d in split])) for k in split[0]}
@@ -146,7 +146,6 @@ def baseline_phases(name: str, x, op, back: str = "one") -> Dict[str, float]:
     """Horovod's none / fp16: the whole op only (its phases run inside Horovod)."""
     import horovod.tensorflow as hvd
 
-    from horovod_q8.bench.common import readback
     from horovod_q8.collective import policy
 
     return {"faults": _page_faults(lambda: readback(op(x), back)),
@@ -159,7 +158,7 @@ def run(elements: int, names: List[tuple], repeats: int, back: str = "one") -> D
     import tensorflow as tf
 
     from horovod_q8.bench.allreduce import label as row_label
-    from horovod_q8.bench.common import machine, markdown, readback, round_ratios, rounds
+    from horovod_q8.bench.common import machine, markdown, round_ratios, rounds
 
     x = tf.constant(np.random.default_rng(hvd.rank()).standard_normal(elements).astype(np.float32))
     ops = {row_label(name, pipe): (name, pipe, *_op(name, pipe)) for name, pipe in names}
