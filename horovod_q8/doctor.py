@@ -86,7 +86,7 @@ def _cpu_kernels() -> Check:
 
 def _native_kernels() -> Check:
     from horovod_q8.backends import native
-    return True, ("" if native.library() else "not used, the Numba kernels instead: ") + native.describe()
+    return True, ("" if native.in_use() else "not used, the Numba kernels instead: ") + native.describe()
 
 
 def _mpi() -> Check:

@@ -1,5 +1,6 @@
-"""The native AVX-512 codec (kernels/codec_x86.c): every float32 in [-1, 1] against the Numba
-kernel's table search (8-bit), and the bytes and values of the reference at the edges."""
+"""The native codec (kernels/codec_x86.c for AVX-512, codec_avx2.c for AVX2): every float32 in
+[-1, 1] against the Numba kernel's table search (8-bit), and the bytes and values of the
+reference at the edges through the cpu backend, whichever kernels it uses here."""
 from __future__ import annotations
 
 import subprocess
@@ -15,8 +16,10 @@ from horovod_q8.backends import cpu, native
 from horovod_q8.backends.cpu_kernels import PARALLEL_MIN, SERIAL
 from horovod_q8.formats import codebooks, get
 
-pytestmark = pytest.mark.skipif(native.library() is None, reason="no AVX-512 CPU or no C compiler here")
+avx512 = pytest.mark.skipif(native.library() is None, reason="no AVX-512 CPU or no C compiler here")
+avx2 = pytest.mark.skipif(native.library_avx2() is None, reason="AVX-512 kernels in use, or no AVX2 / no C compiler")
 SIGNED8 = ["dynamic_tree", "linear", "mantissa", "static_tree"]
+AVX2_8 = ["dynamic_tree", "linear", "mantissa"]  # static_tree has 8 segments: Numba
 CHUNK = 1 << 24
 
 
@@ -29,10 +32,9 @@ def numba_codes(x: np.ndarray, name: str) -> np.ndarray:
     return out[4:]
 
 
-@pytest.mark.parametrize("name", SIGNED8)
-def test_every_float_in_the_unit_interval(name):
-    """Both signs of every float32 of magnitude <= 1, in blocks whose scale is 1 (x / 1 is x)."""
-    T = native.symmetric_tables(name)
+def every_unit_float(name: str, encode8, T) -> None:
+    """Both signs of every float32 of magnitude <= 1, in blocks whose scale is 1 (x / 1 is x),
+    encoded by `encode8` (native.encode8's signature) against the Numba search."""
     assert T is not None, f"{name} should fit the native kernel"
     top = int(np.float32(1).view(np.uint32))
     for sign in (0, 0x80000000):
@@ -40,12 +42,25 @@ def test_every_float_in_the_unit_interval(name):
             bits = np.arange(lo, min(lo + CHUNK, top + 1), dtype=np.uint32) | np.uint32(sign)
             x = np.concatenate([np.ones(1, np.float32), bits.view(np.float32)])
             got = np.empty(4 + x.size, np.uint8)
-            native.encode8(x, x.size, x.size, got[:4].view(np.uint32), got[4:], T, 1)
+            encode8(x, x.size, x.size, got[:4].view(np.uint32), got[4:], T, 1)
             want = numba_codes(x, name)
             bad = np.flatnonzero(got[4:] != want)
             assert bad.size == 0, f"{name}: {bad.size} codes differ, first at {x[bad[0]]!r}"
 
 
+@avx512
+@pytest.mark.parametrize("name", SIGNED8)
+def test_every_float_in_the_unit_interval(name):
+    every_unit_float(name, native.encode8, native.symmetric_tables(name))
+
+
+@avx2
+@pytest.mark.parametrize("name", AVX2_8)
+def test_every_float_in_the_unit_interval_avx2(name):
+    every_unit_float(name, native.encode8, native.avx2_tables(name))
+
+
+@avx512
 def test_what_the_native_kernels_take():
     assert all(native.symmetric_tables(n + codebooks.UNSIGNED_SUFFIX) is None for n in SIGNED8)
     n = 4096
@@ -90,6 +105,38 @@ def test_bytes_and_values_match_the_reference(n, block, base, name):
     assert np.array_equal((np.float32(0.25) + want).view(np.uint32), acc.view(np.uint32))
 
 
+@avx2
+def test_what_the_avx2_kernels_take():
+    assert native.avx2_tables("static_tree") is None  # 8 segments
+    assert all(native.avx2_tables(n + codebooks.UNSIGNED_SUFFIX) is None for n in SIGNED8)
+    n = 4096
+    assert cpu.native_encoder(get("q8"), n) is None and cpu.avx2_encoder(get("q8")) is not None
+    assert cpu.avx2_encoder(get("q8", rounding="stochastic")) is None and cpu.avx2_encoder(get("q4")) is None
+    assert cpu.avx2_decodes(get("q4_threshold").for_shape((n,)), n) and cpu.avx2_decodes(get("q8"), n)
+    assert not cpu.avx2_decodes(get("twobit").for_shape((n,)), n)
+
+
+@avx2
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("name", ["q8", "q4"])
+def test_avx2_threads_split_on_block_edges(threads, name):
+    n = PARALLEL_MIN * 2 + 777
+    x = edge_tensor(n, np.random.default_rng(threads))
+    fmt = get(name)
+    nb, block = fmt.n_blocks(n), fmt.block_for(n)
+    want = q.quantize(x, fmt, backend="reference")
+    if fmt.bits == 8:
+        got = np.empty(fmt.nbytes(n), np.uint8)
+        native.encode8(x, n, block, got[: 4 * nb].view(np.uint32), got[4 * nb:], native.avx2_tables("dynamic_tree"),
+                       threads)
+        assert np.array_equal(got, want)
+    out = np.empty(n, np.float32)
+    native.avx2_sum([want[4 * nb:]], n, block, fmt.bits, [want[: 4 * nb].view(np.float32)], native.decode_values(fmt),
+                    out, threads)
+    assert np.array_equal(out.view(np.uint32), q.dequantize(want, fmt, n, backend="reference").view(np.uint32))
+
+
+@avx512
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("name", ["q8", "q4"])
 def test_threads_split_on_block_edges(threads, name):
@@ -123,12 +170,13 @@ def test_threshold_codes_decode_natively(n):
 
 
 def test_switched_off_by_environment():
-    code = "from horovod_q8.backends import native; print(native.library() is None)"
+    code = "from horovod_q8.backends import native; print(not native.in_use())"
     out = subprocess.run([sys.executable, "-c", code], env={"HOROVOD_Q8_NATIVE": "0", "PATH": "/usr/bin:/bin"},
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
 
 
+@avx512
 @pytest.mark.parametrize("n", [1, 2, 15, 17, 4099, 300_001])
 @pytest.mark.parametrize("with_residual", [True, False])
 def test_threshold_codes_and_residual_match_the_reference(n, with_residual):
@@ -150,6 +198,7 @@ def test_threshold_codes_and_residual_match_the_reference(n, with_residual):
         assert np.array_equal(r_ref.view(np.uint32), r_cpu.view(np.uint32))
 
 
+@avx512
 def test_threshold_threads_split_on_bytes():
     n = PARALLEL_MIN * 2 + 777
     fmt = get("q4_threshold").for_shape((n,))
@@ -176,3 +225,27 @@ def test_decode_times_a_factor_in_the_same_pass(name, scale):
         assert np.array_equal(want.view(np.uint32), got.view(np.uint32)), be
         with pytest.raises(ValueError, match="accumulation"):
             backends.get(be).decode(buf, fmt, n, out=got, accumulate=True, scale=scale)
+
+
+@pytest.mark.parametrize("n", [1, 15, 17, 1025, 4099, PARALLEL_MIN * 2 + 777])
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+@pytest.mark.parametrize("name", ["q8", "q4", "q4_threshold", "twobit"])
+def test_sum_of_ranks_in_one_pass(n, k, name):
+    """decode_sum: the bits of a decode, k - 1 accumulating decodes and a scaling pass, for
+    every kind of decode (native 8- and 4-bit, with and without scales; Numba for 2 bits)."""
+    fmt = get(name).for_shape((n,))
+    rng = np.random.default_rng(n + 31 * k)
+    bufs = [q.quantize(edge_tensor(n, rng) * np.float32(r + 1), fmt, backend="reference",
+                       residual=np.zeros(n, np.float32) if fmt.uses_residual else None) for r in range(k)]
+    for scale in (1.0, 0.5, 1 / 3):
+        want = backends.decode_sum_by_parts(backends.get("reference").decode, bufs, fmt, n,
+                                            np.empty(n, np.float32), scale)
+        for be in ("reference", "cpu"):
+            got = backends.get(be).decode_sum(bufs, fmt, n, np.full(n, np.nan, np.float32), scale)
+            assert np.array_equal(want.view(np.uint32), got.view(np.uint32)), (be, scale)
+
+
+def test_sum_of_no_ranks_is_zero():
+    fmt = get("q8")
+    for be in ("reference", "cpu"):
+        assert not backends.get(be).decode_sum([], fmt, 5, np.ones(5, np.float32), 0.5).any()

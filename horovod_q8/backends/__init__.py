@@ -25,6 +25,19 @@ def check_decode_scale(scale: float, accumulate: bool) -> None:
         raise ValueError("decode: scale applies to decoded values, not to an accumulation")
 
 
+def decode_sum_by_parts(decode, bufs, fmt, n: int, out, scale: float = 1.0):
+    """out = (sum of the values of `bufs`, added in order) * float32 `scale`, with the backend's
+    `decode`: the first overwrites `out`, the others add into it, then one scaling pass. The
+    fused kernels give these bits."""
+    for r, buf in enumerate(bufs):
+        decode(buf, fmt, n, out=out, accumulate=r > 0)
+    if not bufs:
+        out[...] = 0
+    if scale != 1.0:
+        out *= out.dtype.type(scale)
+    return out
+
+
 def get(name: str) -> ModuleType:
     """The backend module called `name`."""
     if name == "reference":

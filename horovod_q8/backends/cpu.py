@@ -1,14 +1,14 @@
-"""CPU backend: the native AVX-512 kernels where they apply (`backends.native`), else the Numba
-ones, behind the same signatures as the NumPy reference."""
+"""CPU backend: the native AVX-512 or AVX2 kernels where they apply (`backends.native`), else
+the Numba ones, behind the same signatures as the NumPy reference."""
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
 from horovod_q8.backends import cpu_kernels as K
-from horovod_q8.backends import check_decode_scale, native
+from horovod_q8.backends import check_decode_scale, decode_sum_by_parts, native
 from horovod_q8.formats.codebooks import tables
 from horovod_q8.formats.spec import CODEBOOK, Format
 
@@ -34,6 +34,18 @@ def native_decoder(fmt: Format, n: int):
     if fmt.bits == 8 and fmt.kind == CODEBOOK:
         return native.symmetric_tables(fmt.codebook)
     return fmt.decode_table() if fmt.bits == 4 else None
+
+
+def avx2_encoder(fmt: Format):
+    """The AVX2 kernel's tables if it encodes `fmt` here (no AVX-512 kernels), else None."""
+    if fmt.kind != CODEBOOK or fmt.rounding != "nearest" or fmt.bits != 8 or native.library_avx2() is None:
+        return None
+    return native.avx2_tables(fmt.codebook)
+
+
+def avx2_decodes(fmt: Format, n: int) -> bool:
+    """Whether the AVX2 kernel decodes (and sums) `fmt` for n elements here."""
+    return fmt.bits in (4, 8) and native.library_avx2() is not None and _byte_blocks(fmt, n)
 
 
 def _byte_blocks(fmt: Format, n: int) -> bool:
@@ -68,7 +80,10 @@ def encode(x: np.ndarray, fmt: Format, residual: Optional[np.ndarray] = None,
     if n == 0:
         return out
     nt = native_encoder(fmt, n) if x.flags.c_contiguous else None
-    if nt is not None and fmt.bits == 8:
+    t2 = avx2_encoder(fmt) if nt is None and x.flags.c_contiguous else None
+    if t2 is not None:
+        native.encode8(x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, t2, threads(n))
+    elif nt is not None and fmt.bits == 8:
         native.encode8(x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, nt, threads(n))
     elif nt is not None:
         native.encode4(x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, nt.positive_mid_bits,
@@ -106,8 +121,27 @@ def decode(buf: np.ndarray, fmt: Format, n: int, out: Optional[np.ndarray] = Non
         native.decode(buf[4 * nb:], n, fmt.block_for(n), fmt.bits, scales, nt, out, accumulate, threads(n),
                       float(np.float32(scale)))
         return out
+    if out.flags.c_contiguous and avx2_decodes(fmt, n):
+        return _avx2_sum([buf], fmt, n, out, scale, accumulate)
     K.kernel("decode", n)(buf[4 * nb:], n, fmt.block_for(n), buf[: 4 * nb].view(np.float32), fmt.has_scales,
                           fmt.decode_table(), fmt.bits, out, accumulate)
     if scale != 1.0:
         out *= np.float32(scale)
+    return out
+
+
+def decode_sum(bufs: Sequence[np.ndarray], fmt: Format, n: int, out: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    """float32 `out` = (sum of the values of `bufs` in order) * `scale`, in one pass where the
+    AVX2 kernels apply (the bits of backends.decode_sum_by_parts)."""
+    if bufs and n and out.flags.c_contiguous and avx2_decodes(fmt, n):
+        return _avx2_sum(bufs, fmt, n, out, scale)
+    return decode_sum_by_parts(decode, bufs, fmt, n, out, scale)
+
+
+def _avx2_sum(bufs: Sequence[np.ndarray], fmt: Format, n: int, out: np.ndarray, scale: float,
+              accumulate: bool = False) -> np.ndarray:
+    nb = fmt.n_blocks(n)
+    scales = [b[: 4 * nb].view(np.float32) for b in bufs] if fmt.has_scales else None
+    native.avx2_sum([b[4 * nb:] for b in bufs], n, fmt.block_for(n), fmt.bits, scales, native.decode_values(fmt),
+                    out, threads(n), accumulate, float(np.float32(scale)))
     return out

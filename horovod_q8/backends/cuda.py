@@ -5,7 +5,7 @@ import functools
 from typing import Optional
 
 from horovod_q8 import _compat
-from horovod_q8.backends import check_decode_scale, kernel_source
+from horovod_q8.backends import check_decode_scale, decode_sum_by_parts, kernel_source
 from horovod_q8.formats.codebooks import tables
 from horovod_q8.formats.spec import CODEBOOK, Format
 
@@ -96,3 +96,7 @@ def decode(buf, fmt: Format, n: int, out=None, accumulate: bool = False, scale: 
     if scale != 1.0:
         out *= cp.float32(scale)
     return out
+
+
+# (sum of the values of bufs, in order) * scale into out: one decode per part
+decode_sum = functools.partial(decode_sum_by_parts, decode)

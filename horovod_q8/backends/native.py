@@ -1,12 +1,15 @@
-"""The AVX-512 codec (kernels/codec_x86.c): built with the system C compiler on first use,
-cached, called through ctypes by `backends.cpu`; the same bytes as the reference.
+"""The native codec: kernels/codec_x86.c (AVX-512) and kernels/codec_avx2.c (AVX2), built
+with the system C compiler on first use, cached, called through ctypes by `backends.cpu`;
+the same bytes as the reference.
 
-Used when the CPU has AVX-512 and a compiler is found, for: nearest-rounded 8-bit codebooks
-(q8 and the three other 8-bit tables), nearest-rounded q4, 4-bit threshold codes (with or
-without a residual), and decoding any 8-bit codebook or 4-bit format. Everything else, or
-HOROVOD_Q8_NATIVE=0, keeps the Numba kernels. Each table is checked where it is built
-(`symmetric_tables`) to fit the kernel's one-estimate-one-comparison search, and
-tests/test_native_codec.py checks every float32 in [-1, 1].
+AVX-512 (when the CPU has it): nearest-rounded 8-bit codebooks (q8 and the three other 8-bit
+tables), nearest-rounded q4, 4-bit threshold codes (with or without a residual), and decoding
+any 8-bit codebook or 4-bit format. AVX2 (where AVX-512 is missing): nearest-rounded 8-bit
+codebooks of at most 7 segments (q8, linear, mantissa), decoding any 8- or 4-bit format, and
+the sum of every rank's codes in one pass. Everything else, or HOROVOD_Q8_NATIVE=0, keeps the
+Numba kernels. Each table is checked where it is built (`symmetric_tables`, `avx2_tables`) to
+fit the one-estimate-one-comparison search, and tests/test_native_codec.py checks every
+float32 in [-1, 1].
 """
 from __future__ import annotations
 
@@ -26,7 +29,8 @@ import numpy as np
 from horovod_q8.backends import kernel_source
 from horovod_q8.formats.codebooks import tables
 
-SOURCE = "codec_x86.c"
+SOURCES = {"avx512": "codec_x86.c", "avx2": "codec_avx2.c"}
+NAMES = {"avx512": "AVX-512", "avx2": "AVX2"}
 FLAGS = ("-O3", "-shared", "-fPIC", "-ffp-contract=off")  # no fused multiply-adds: exact products and sums
 INF_BITS = 0x7F800000
 EXP_LOW = 96  # the kernel's exponent table covers binades 2**(96-127) .. 2**0
@@ -41,6 +45,13 @@ class SymmetricTables(ctypes.Structure):
                 ("center", _I32)]
 
 
+class Avx2Tables(ctypes.Structure):
+    """The AVX2 kernel's `hq8_avx2_symmetric`: field for field, see kernels/codec_avx2.c."""
+
+    _fields_ = [("mid_at", _I32 * 256), ("lows", _I32 * 8), ("bottom", _I32 * 8), ("top", _I32 * 8),
+                ("c1", _F32 * 8), ("c0", _F32 * 8), ("eps", _F32), ("center", _I32)]
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("HOROVOD_Q8_CACHE", Path.home() / ".cache" / "horovod_q8")) / "native"
 
@@ -49,18 +60,19 @@ def _compiler() -> Optional[str]:
     return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
 
 
-def build(source: str, cc: str) -> Path:
-    """The shared library of `source`, compiled once per (source, compiler, flags) and cached.
+def build(name: str, source: str, cc: str) -> Path:
+    """The shared library of kernel file `name` holding `source`, compiled once per (source,
+    compiler, flags) and cached.
 
     Written to a temporary name and renamed: ranks starting together may build it at once.
     """
     key = hashlib.sha256("\0".join((source, cc, *FLAGS)).encode()).hexdigest()[:16]
-    lib = cache_dir() / f"codec_x86-{key}.so"
+    lib = cache_dir() / f"{Path(name).stem}-{key}.so"
     if lib.exists():
         return lib
     lib.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
-        src, out = Path(tmp) / SOURCE, Path(tmp) / lib.name
+        src, out = Path(tmp) / name, Path(tmp) / lib.name
         src.write_text(source)
         subprocess.run([cc, *FLAGS, "-o", str(out), str(src)], check=True, capture_output=True, text=True)
         os.replace(out, lib)
@@ -68,8 +80,8 @@ def build(source: str, cc: str) -> Path:
 
 
 @functools.lru_cache(maxsize=None)
-def _load() -> tuple[Optional[ctypes.CDLL], str]:
-    """(the loaded kernel library or None, why)."""
+def _load(isa: str) -> tuple[Optional[ctypes.CDLL], str]:
+    """(the loaded kernel library for instruction set `isa` or None, why)."""
     if os.environ.get("HOROVOD_Q8_NATIVE", "1") == "0":
         return None, "switched off (HOROVOD_Q8_NATIVE=0)"
     if os.uname().machine not in ("x86_64", "AMD64"):
@@ -77,34 +89,54 @@ def _load() -> tuple[Optional[ctypes.CDLL], str]:
     cc = _compiler()
     if cc is None:
         return None, "no C compiler (gcc or $CC)"
+    name = SOURCES[isa]
     try:
-        path = build(kernel_source(SOURCE), cc)
+        path = build(name, kernel_source(name), cc)
         lib = ctypes.CDLL(str(path))
     except subprocess.CalledProcessError as e:
         return None, f"{cc} failed: {e.stderr[-300:]}"
     except OSError as e:
-        return None, f"cannot build or load {SOURCE}: {e}"
-    if not lib.hq8_supported():
-        return None, "the CPU has no AVX-512 (F, BW, VL)"
-    p, i64 = ctypes.c_void_p, ctypes.c_int64
-    lib.hq8_encode8.argtypes = [p, i64, i64, p, p, p]
-    lib.hq8_decode8.argtypes = [p, i64, i64, p, p, p, ctypes.c_int, ctypes.c_float]
-    lib.hq8_encode4.argtypes = [p, i64, i64, p, p, p, ctypes.c_int]
-    lib.hq8_decode4.argtypes = [p, i64, i64, p, p, p, ctypes.c_int, ctypes.c_float]
-    lib.hq8_threshold4.argtypes = [p, i64, p, p, p, ctypes.c_int]
-    for f in (lib.hq8_encode8, lib.hq8_decode8, lib.hq8_encode4, lib.hq8_decode4, lib.hq8_threshold4):
-        f.restype = None
-    return lib, f"AVX-512 8- and 4-bit kernels built with {cc} ({path})"
+        return None, f"cannot build or load {name}: {e}"
+    p, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
+    if isa == "avx512":
+        if not lib.hq8_supported():
+            return None, "the CPU has no AVX-512 (F, BW, VL)"
+        signatures = {"hq8_encode8": [p, i64, i64, p, p, p], "hq8_decode8": [p, i64, i64, p, p, p, i32, f32],
+                      "hq8_encode4": [p, i64, i64, p, p, p, i32], "hq8_decode4": [p, i64, i64, p, p, p, i32, f32],
+                      "hq8_threshold4": [p, i64, p, p, p, i32]}
+    else:
+        if not lib.hq8_avx2_supported():
+            return None, "the CPU has no AVX2"
+        signatures = {"hq8_avx2_encode8": [p, i64, i64, p, p, p],
+                      "hq8_avx2_sum": [i32, p, p, i32, i64, i64, p, p, i32, f32]}
+    for fn, args in signatures.items():
+        getattr(lib, fn).argtypes, getattr(lib, fn).restype = args, None
+    return lib, f"{NAMES[isa]} kernels built with {cc} ({path})"
 
 
 def library() -> Optional[ctypes.CDLL]:
-    """The loaded kernel library, or None: switched off, not x86-64, no compiler, no AVX-512."""
-    return _load()[0]
+    """The loaded AVX-512 kernel library, or None: switched off, not x86-64, no compiler, no AVX-512."""
+    return _load("avx512")[0]
+
+
+def library_avx2() -> Optional[ctypes.CDLL]:
+    """The AVX2 kernels, where the AVX-512 ones are not used and the CPU has AVX2; else None."""
+    return None if library() is not None else _load("avx2")[0]
+
+
+def in_use() -> bool:
+    """Whether any native kernels run here."""
+    return library() is not None or library_avx2() is not None
 
 
 def describe() -> str:
-    """Whether the native kernels are in use, and why not."""
-    return _load()[1]
+    """Which native kernels are in use, and why not the others."""
+    if library() is not None:
+        return _load("avx512")[1]
+    avx2, why = _load("avx2")
+    if avx2 is None:
+        return f"AVX-512: {_load('avx512')[1]}; AVX2: {why}"
+    return f"{why}; for 8-bit encodes, every decode and the ranks' sum (AVX-512: {_load('avx512')[1]})"
 
 
 def _segments(pos: np.ndarray) -> list[tuple[int, int]]:
@@ -120,12 +152,9 @@ def _segments(pos: np.ndarray) -> list[tuple[int, int]]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
-def symmetric_tables(name: str) -> Optional[SymmetricTables]:
-    """The kernel's tables for 8-bit codebook `name`, or None where it does not fit the kernel:
-    255 values symmetric about 0 (exactly), at most 15 evenly spaced segments of positive
-    values, at most one starting per binade, none below 2**-31, and the estimate inside each
-    within a quarter step of every midpoint (the kernel's comparison corrects up to one)."""
+def _symmetric(name: str):
+    """(center, positive values, positive mids, segments, each segment's lowest mid) of 8-bit
+    codebook `name`, or None unless its 255 values are symmetric about 0 (exactly)."""
     t = tables(name, 8)
     c, vals = t.zero_code, t.values[: t.size]
     if t.size != 255 or c != 127 or not np.array_equal(vals[c:], -vals[c::-1]):
@@ -133,7 +162,27 @@ def symmetric_tables(name: str) -> Optional[SymmetricTables]:
     pos = vals[c + 1:].astype(np.float64)
     pm = t.mids[c: t.size - 1]  # the positive mids, the first between 0 and the smallest value
     segs = _segments(pos)
-    lows = np.array([pm[j0] for j0, _ in segs], np.float32)
+    return c, pos, pm, segs, np.array([pm[j0] for j0, _ in segs], np.float32)
+
+
+def _positive_values(name: str) -> list:
+    """table[center + j] for j = 0..127, the last repeating the largest."""
+    t = tables(name, 8)
+    out = np.full(128, t.values[t.size - 1], np.float32)
+    out[: t.size - t.zero_code] = t.values[t.zero_code: t.size]
+    return out.tolist()
+
+
+@functools.lru_cache(maxsize=None)
+def symmetric_tables(name: str) -> Optional[SymmetricTables]:
+    """The AVX-512 kernel's tables for 8-bit codebook `name`, or None where it does not fit the
+    kernel: 255 values symmetric about 0 (exactly), at most 15 evenly spaced segments of positive
+    values, at most one starting per binade, none below 2**-31, and the estimate inside each
+    within a quarter step of every midpoint (the kernel's comparison corrects up to one)."""
+    sym = _symmetric(name)
+    if sym is None:
+        return None
+    c, pos, pm, segs, lows = sym
     exps = lows.view(np.int32) >> 23
     if len(segs) > 15 or lows.min() < 2.0 ** (EXP_LOW - 127) or len(set(exps.tolist())) != len(segs):
         return None
@@ -152,11 +201,54 @@ def symmetric_tables(name: str) -> Optional[SymmetricTables]:
             u = pm[j0 + 1: j0 + m] * np.float32(T.c1[d]) - np.float32(T.c0[d])  # as the kernel computes it
             if np.max(np.abs(u.astype(np.float64) - np.arange(m - 1) - 0.5)) >= 0.25:
                 return None
-    positive = np.full(128, vals[-1], np.float32)
-    positive[: t.size - c] = vals[c:]
-    T.pos[:] = positive.tolist()
+    T.pos[:] = _positive_values(name)
     T.center = c
     return T
+
+
+@functools.lru_cache(maxsize=None)
+def avx2_tables(name: str) -> Optional[Avx2Tables]:
+    """The AVX2 kernel's tables for 8-bit codebook `name`, or None where it does not fit: as
+    `symmetric_tables` but at most 7 segments (a segment's constants are one 8-entry permute),
+    and the estimate, which counts from center, at most one under at each segment's lower end;
+    eps: how far from j + 0.5 the estimate lies at any mid (see kernels/codec_avx2.c)."""
+    sym = _symmetric(name)
+    if sym is None or len(sym[3]) > 7:
+        return None
+    c, pos, pm, segs, lows = sym
+    T = Avx2Tables()
+    mid_at = np.full(256, INF_BITS, np.int32)
+    mid_at[c: c + len(pm)] = pm.view(np.int32)
+    T.mid_at[:] = mid_at.tolist()
+    T.lows[:] = np.concatenate([lows.view(np.int32), np.full(8 - len(segs), INF_BITS, np.int32)]).tolist()
+    T.bottom[0], T.top[0], T.c0[0] = c, c, -c
+    eps = 0.0
+    for d, (j0, m) in enumerate(segs, start=1):
+        base = c + j0 + 1  # center + count of mids up to the segment's lowest
+        T.bottom[d], T.top[d], T.c0[d] = base, base + m - 1, -base
+        if m == 1:
+            continue
+        step = (pos[j0 + m - 1] - pos[j0]) / (m - 1)
+        T.c1[d], T.c0[d] = 1 / step, pos[j0] / step - base
+        c1, c0 = np.float32(T.c1[d]), np.float32(T.c0[d])
+        u = pm[j0 + 1: j0 + m] * c1 - c0  # as the kernel computes it
+        lowest = np.nextafter(pm[j0], np.float32(np.inf)) * c1 - c0
+        off = float(np.max(np.abs(u.astype(np.float64) - base - np.arange(m - 1) - 0.5)))
+        if off >= 0.25 or lowest < base - 1:
+            return None
+        eps = max(eps, off)
+    T.eps = eps
+    T.center = c
+    return T
+
+
+@functools.lru_cache(maxsize=None)
+def decode_values(fmt) -> np.ndarray:
+    """float32[2**bits] values of every code for the AVX2 decode (8 bits: 256, padded with the last)."""
+    t = np.asarray(fmt.decode_table(), np.float32)
+    out = np.full(2 ** fmt.bits, t[-1], np.float32)
+    out[: min(t.size, out.size)] = t[: out.size]
+    return out
 
 
 @functools.lru_cache(maxsize=None)
@@ -183,13 +275,12 @@ def _in_parts(n: int, block: int, threads: int, call) -> None:
         f.result()
 
 
-def encode8(x: np.ndarray, n: int, block: int, scale_bits: np.ndarray, codes: np.ndarray, T: SymmetricTables,
-            threads: int) -> None:
-    """Scales and nearest 8-bit codes of float32 x (contiguous), `threads` at most."""
-    lib, t = library(), ctypes.byref(T)
-    xp, sp, cp = x.ctypes.data, scale_bits.ctypes.data, codes.ctypes.data
-    _in_parts(n, block, threads,
-              lambda a, b: lib.hq8_encode8(xp + 4 * a, b - a, block, sp + 4 * (a // block), cp + a, t))
+def encode8(x: np.ndarray, n: int, block: int, scale_bits: np.ndarray, codes: np.ndarray, T, threads: int) -> None:
+    """Scales and nearest 8-bit codes of float32 x (contiguous), `threads` at most: the AVX-512
+    kernel for SymmetricTables, the AVX2 one for Avx2Tables."""
+    fn = library().hq8_encode8 if isinstance(T, SymmetricTables) else library_avx2().hq8_avx2_encode8
+    xp, sp, cp, t = x.ctypes.data, scale_bits.ctypes.data, codes.ctypes.data, ctypes.byref(T)
+    _in_parts(n, block, threads, lambda a, b: fn(xp + 4 * a, b - a, block, sp + 4 * (a // block), cp + a, t))
 
 
 def encode4(x: np.ndarray, n: int, block: int, scale_bits: np.ndarray, codes: np.ndarray, positive_mids: np.ndarray,
@@ -224,3 +315,23 @@ def decode(codes: np.ndarray, n: int, block: int, bits: int, scales: Optional[np
     _in_parts(n, block, threads, lambda a, b: fn(cp + a * bits // 8, b - a, block,
                                                  None if sp is None else sp + 4 * (a // block), t, op + 4 * a,
                                                  int(accumulate), post))
+
+
+def avx2_sum(codes: list, n: int, block: int, bits: int, scales: Optional[list], values: np.ndarray,
+             out: np.ndarray, threads: int, accumulate: bool = False, post: float = 1.0) -> None:
+    """out = (v_0 + ... + v_{k-1}) * post, v_r = values[code] * scale of part r's codes, added in
+    part order in one pass: the bits of a decode, k - 1 accumulating decodes and a scaling pass.
+    One part with accumulate: out += v_0. scales None means 1 for every part."""
+    lib, k = library_avx2(), len(codes)
+    if accumulate and k != 1:
+        raise ValueError("avx2_sum: accumulate adds one part")
+    cps = [c.ctypes.data for c in codes]
+    sps = None if scales is None else [s.ctypes.data for s in scales]
+    op, tp = out.ctypes.data, values.ctypes.data
+
+    def call(a: int, b: int) -> None:
+        cp = (ctypes.c_void_p * k)(*[c + a * bits // 8 for c in cps])
+        sp = None if sps is None else (ctypes.c_void_p * k)(*[s + 4 * (a // block) for s in sps])
+        lib.hq8_avx2_sum(bits, cp, sp, k, b - a, block, tp, op + 4 * a, int(accumulate), post)
+
+    _in_parts(n, block, threads, call)

@@ -1,11 +1,12 @@
 """NumPy backend: the reference implementation behind the backend signatures."""
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import numpy as np
 
-from horovod_q8.backends import check_decode_scale
+from horovod_q8.backends import check_decode_scale, decode_sum_by_parts
 from horovod_q8.formats import reference as R
 from horovod_q8.formats.spec import Format
 
@@ -31,3 +32,7 @@ def decode(buf: np.ndarray, fmt: Format, n: int, out=None, accumulate: bool = Fa
     else:
         out[...] = values
     return out
+
+
+# (sum of the values of bufs, in order) * scale into out: one decode per part
+decode_sum = functools.partial(decode_sum_by_parts, decode)

@@ -1,6 +1,6 @@
 """Compile and cache every CPU kernel once (`python -m horovod_q8.backends.warmup`).
 
-Numba caches compiled kernels beside their source (`cache=True`), the native AVX-512 kernels
+Numba caches compiled kernels beside their source (`cache=True`), the native AVX-512 or AVX2 kernels
 are built once into ~/.cache/horovod_q8/native; set-up runs this so a job's first step does
 not pay the compilation (tens of seconds per process otherwise).
 Both variants run: serial below `cpu_kernels.PARALLEL_MIN` elements, parallel above.

@@ -114,16 +114,15 @@ def encode_chunks(plan: Plan, flat, residual=None, seed: int = 0, error_feedback
     return out
 
 
-def sum_received(plan: Plan, received, n_chunk: int, out=None):
-    """float32 sum of the N quantized copies of one chunk, added in rank order (into `out`,
-    a float32 buffer of n_chunk elements to reuse, when given)."""
+def sum_received(plan: Plan, received, n_chunk: int, out=None, scale: float = 1.0):
+    """float32 sum of the N quantized copies of one chunk, added in rank order, times `scale`
+    (into `out`, a float32 buffer of n_chunk elements to reuse, when given); one pass over
+    the result where the backend fuses it."""
     xp = _xp(received)
-    be = backends.for_array(received)
     part = plan.fmt.nbytes(n_chunk)
     total = xp.empty(n_chunk, dtype=xp.float32) if out is None else out
-    for r in range(plan.size):  # rank 0's copy overwrites, the others add: no zeroing pass
-        be.decode(received[r * part: (r + 1) * part], plan.fmt, n_chunk, out=total, accumulate=r > 0)
-    return total
+    copies = [received[r * part: (r + 1) * part] for r in range(plan.size)]
+    return backends.for_array(received).decode_sum(copies, plan.fmt, n_chunk, total, scale)
 
 
 def reduce_chunk(plan: Plan, received, residual=None, seed: int = 0, error_feedback: bool = False,
@@ -177,7 +176,7 @@ def encode_whole(plan: Plan, flat, residual=None, seed: int = 0, error_feedback:
 def sum_gathered(plan: Plan, gathered, out=None, scale: float = 1.0):
     """Allgather schedule, step 2: dequantize every rank's copy and add them in rank order
     (times `scale`, as decode_gathered)."""
-    return _scaled(sum_received(plan, gathered, plan.n, out=out), scale)
+    return sum_received(plan, gathered, plan.n, out=out, scale=scale)
 
 
 def make_plan(fmt: Format, n: int, size: int, rank: int, schedule: str = "auto",
