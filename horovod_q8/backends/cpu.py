@@ -16,9 +16,13 @@ MAX_LEVELS = 7  # the threshold kernel's unrolled level count: 2 ** (bits - 1) -
 
 
 def native_encoder(fmt: Format, n: int):
-    """The native kernel's tables if it encodes `fmt` for n elements here, else None."""
-    if fmt.kind != CODEBOOK or fmt.rounding != "nearest" or native.library() is None:
+    """The native kernel's tables if it encodes `fmt` for n elements here, else None: the
+    AVX-512 kernels' (8- or 4-bit), else the AVX2 8-bit kernel's (native.Avx2Tables)."""
+    if fmt.kind != CODEBOOK or fmt.rounding != "nearest":
         return None
+    if native.library() is None:
+        ok = fmt.bits == 8 and native.library_avx2() is not None
+        return native.avx2_tables(fmt.codebook) if ok else None
     if fmt.bits == 8:
         return native.symmetric_tables(fmt.codebook)
     t = tables(fmt.codebook, fmt.bits)
@@ -34,13 +38,6 @@ def native_decoder(fmt: Format, n: int):
     if fmt.bits == 8 and fmt.kind == CODEBOOK:
         return native.symmetric_tables(fmt.codebook)
     return fmt.decode_table() if fmt.bits == 4 else None
-
-
-def avx2_encoder(fmt: Format):
-    """The AVX2 kernel's tables if it encodes `fmt` here (no AVX-512 kernels), else None."""
-    if fmt.kind != CODEBOOK or fmt.rounding != "nearest" or fmt.bits != 8 or native.library_avx2() is None:
-        return None
-    return native.avx2_tables(fmt.codebook)
 
 
 def avx2_decodes(fmt: Format, n: int) -> bool:
@@ -80,10 +77,7 @@ def encode(x: np.ndarray, fmt: Format, residual: Optional[np.ndarray] = None,
     if n == 0:
         return out
     nt = native_encoder(fmt, n) if x.flags.c_contiguous else None
-    t2 = avx2_encoder(fmt) if nt is None and x.flags.c_contiguous else None
-    if t2 is not None:
-        native.encode8(x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, t2, threads(n))
-    elif nt is not None and fmt.bits == 8:
+    if nt is not None and fmt.bits == 8:
         native.encode8(x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, nt, threads(n))
     elif nt is not None:
         native.encode4(x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, nt.positive_mid_bits,

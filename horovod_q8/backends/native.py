@@ -165,6 +165,16 @@ def _symmetric(name: str):
     return c, pos, pm, segs, np.array([pm[j0] for j0, _ in segs], np.float32)
 
 
+def _estimate(pos: np.ndarray, pm: np.ndarray, j0: int, m: int, offset: int) -> tuple:
+    """(c1, c0, off) of segment (j0, m), m > 1, in float32: u = a * c1 - c0 estimates offset +
+    the count of the segment's mids below a; off: the largest |u - (offset + i + 0.5)| at its
+    i-th mid, u computed as the kernels compute it."""
+    step = (pos[j0 + m - 1] - pos[j0]) / (m - 1)
+    c1, c0 = np.float32(1 / step), np.float32(pos[j0] / step - offset)
+    u = pm[j0 + 1: j0 + m] * c1 - c0
+    return c1, c0, float(np.max(np.abs(u.astype(np.float64) - offset - np.arange(m - 1) - 0.5)))
+
+
 def _positive_values(name: str) -> list:
     """table[center + j] for j = 0..127, the last repeating the largest."""
     t = tables(name, 8)
@@ -196,10 +206,8 @@ def symmetric_tables(name: str) -> Optional[SymmetricTables]:
     for d, (j0, m) in enumerate(segs, start=1):
         T.base[d], T.kmax[d] = j0 + 1, m - 1
         if m > 1:
-            step = (pos[j0 + m - 1] - pos[j0]) / (m - 1)
-            T.c1[d], T.c0[d] = 1 / step, pos[j0] / step
-            u = pm[j0 + 1: j0 + m] * np.float32(T.c1[d]) - np.float32(T.c0[d])  # as the kernel computes it
-            if np.max(np.abs(u.astype(np.float64) - np.arange(m - 1) - 0.5)) >= 0.25:
+            T.c1[d], T.c0[d], off = _estimate(pos, pm, j0, m, 0)
+            if off >= 0.25:
                 return None
     T.pos[:] = _positive_values(name)
     T.center = c
@@ -228,12 +236,9 @@ def avx2_tables(name: str) -> Optional[Avx2Tables]:
         T.bottom[d], T.top[d], T.c0[d] = base, base + m - 1, -base
         if m == 1:
             continue
-        step = (pos[j0 + m - 1] - pos[j0]) / (m - 1)
-        T.c1[d], T.c0[d] = 1 / step, pos[j0] / step - base
-        c1, c0 = np.float32(T.c1[d]), np.float32(T.c0[d])
-        u = pm[j0 + 1: j0 + m] * c1 - c0  # as the kernel computes it
+        c1, c0, off = _estimate(pos, pm, j0, m, base)
+        T.c1[d], T.c0[d] = c1, c0
         lowest = np.nextafter(pm[j0], np.float32(np.inf)) * c1 - c0
-        off = float(np.max(np.abs(u.astype(np.float64) - base - np.arange(m - 1) - 0.5)))
         if off >= 0.25 or lowest < base - 1:
             return None
         eps = max(eps, off)
