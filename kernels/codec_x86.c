@@ -286,6 +286,55 @@ AVX512 void hq8_decode4(const uint8_t *codes, int64_t n, int64_t block, const fl
     }
 }
 
+// ---- the sum of k ranks' codes in one pass ----
+
+// The values of the 4-bit codes of elements i .. i + 15 of `c` (i even), of which `left` exist:
+// only their bytes are read.
+AVX512 static inline __m512 values16_4(const uint8_t *c, int64_t i, int64_t left, __m512 t) {
+    const __m512i nib = _mm512_set1_epi64(0x0000000F0000000FLL);
+    const int64_t bytes = left >= 16 ? 8 : (left + 1) / 2;
+    __m512i w = _mm512_cvtepu8_epi64(_mm_maskz_loadu_epi8((__mmask16)((1u << bytes) - 1u), c + i / 2));
+    return _mm512_permutexvar_ps(_mm512_and_si512(_mm512_or_si512(w, _mm512_slli_epi64(w, 28)), nib), t);
+}
+
+// out = (v_0 + ... + v_{k-1}) * post, v_r = value(codes[r]) * scales[r][block], added in rank
+// order (out = out + v_0 with accumulate, k = 1): the bits of hq8_decode8/4 and k - 1
+// accumulating ones, then a scaling pass. table: hq8_symmetric* (8-bit) or float[16] (4-bit,
+// `block` even or one block). scales NULL means 1.
+AVX512 void hq8_sum(int bits, const uint8_t *const *codes, const float *const *scales, int k, int64_t n,
+                    int64_t block, const void *table, float *out, int accumulate, float post) {
+    const __m512 vp = _mm512_set1_ps(post);
+    const int scaled = post != 1.0f;
+    const hq8_symmetric *T = (const hq8_symmetric *)table;
+    __m512i pv[8];
+    __m512i center = _mm512_setzero_si512();
+    __m512 t4 = _mm512_setzero_ps();
+    if (bits == 8) {
+        for (int q = 0; q < 8; q++) pv[q] = _mm512_loadu_si512(T->pos + 16 * q);
+        center = _mm512_set1_epi32(T->center);
+    } else {
+        t4 = _mm512_loadu_ps((const float *)table);
+    }
+    int64_t nb = block > 0 ? (n + block - 1) / block : 0;
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t s = b * block, len = (s + block < n ? block : n - s), cs = bits == 8 ? s : s / 2;
+        float *o = out + s;
+        for (int64_t i = 0; i < len; i += 16) {
+            const __mmask16 m = tail_mask(len - i);
+            __m512 acc = _mm512_setzero_ps();
+            for (int r = 0; r < k; r++) {
+                const uint8_t *c = codes[r] + cs;
+                __m512 v = bits == 8 ? values16(_mm_maskz_loadu_epi8(m, c + i), pv, center) : values16_4(c, i, len - i, t4);
+                v = _mm512_mul_ps(v, _mm512_set1_ps(scales ? scales[r][b] : 1.0f));
+                acc = r == 0 ? v : _mm512_add_ps(acc, v);
+            }
+            if (accumulate) acc = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + i), acc);
+            if (scaled) acc = _mm512_mul_ps(acc, vp);
+            _mm512_mask_storeu_ps(o + i, m, acc);
+        }
+    }
+}
+
 // ---- 4-bit threshold codes (MXNet-style sign + level index), with or without a residual ----
 
 // k = count(levels <= |g|), code = k, or k + half when g < 0 < k, half for a non-finite g; the

@@ -131,8 +131,8 @@ def test_avx2_threads_split_on_block_edges(threads, name):
                        threads)
         assert np.array_equal(got, want)
     out = np.empty(n, np.float32)
-    native.avx2_sum([want[4 * nb:]], n, block, fmt.bits, [want[: 4 * nb].view(np.float32)], native.decode_values(fmt),
-                    out, threads)
+    native.sum_ranks([want[4 * nb:]], n, block, fmt.bits, [want[: 4 * nb].view(np.float32)],
+                     native.decode_values(fmt), out, threads)
     assert np.array_equal(out.view(np.uint32), q.dequantize(want, fmt, n, backend="reference").view(np.uint32))
 
 
@@ -156,7 +156,12 @@ def test_threads_split_on_block_edges(threads, name):
     assert np.array_equal(got, q.quantize(x, fmt, backend="reference"))
     out = np.empty(n, np.float32)
     native.decode(codes, n, block, fmt.bits, got[: 4 * nb].view(np.float32), T, out, False, threads)
-    assert np.array_equal(out.view(np.uint32), q.dequantize(got, fmt, n, backend="reference").view(np.uint32))
+    want = q.dequantize(got, fmt, n, backend="reference")
+    assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
+    twice = np.empty(n, np.float32)
+    native.sum_ranks([codes, codes], n, block, fmt.bits, [got[: 4 * nb].view(np.float32)] * 2, T, twice, threads,
+                     post=0.5, isa="avx512")
+    assert np.array_equal(twice.view(np.uint32), ((want + want) * np.float32(0.5)).view(np.uint32))
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 1024, 4099])

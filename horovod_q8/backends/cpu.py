@@ -116,7 +116,7 @@ def decode(buf: np.ndarray, fmt: Format, n: int, out: Optional[np.ndarray] = Non
                       float(np.float32(scale)))
         return out
     if out.flags.c_contiguous and avx2_decodes(fmt, n):
-        return _avx2_sum([buf], fmt, n, out, scale, accumulate)
+        return _sum([buf], fmt, n, out, scale, native.decode_values(fmt), "avx2", accumulate)
     K.kernel("decode", n)(buf[4 * nb:], n, fmt.block_for(n), buf[: 4 * nb].view(np.float32), fmt.has_scales,
                           fmt.decode_table(), fmt.bits, out, accumulate)
     if scale != 1.0:
@@ -126,16 +126,20 @@ def decode(buf: np.ndarray, fmt: Format, n: int, out: Optional[np.ndarray] = Non
 
 def decode_sum(bufs: Sequence[np.ndarray], fmt: Format, n: int, out: np.ndarray, scale: float = 1.0) -> np.ndarray:
     """float32 `out` = (sum of the values of `bufs` in order) * `scale`, in one pass where the
-    AVX2 kernels apply (the bits of backends.decode_sum_by_parts)."""
-    if bufs and n and out.flags.c_contiguous and avx2_decodes(fmt, n):
-        return _avx2_sum(bufs, fmt, n, out, scale)
+    native kernels apply (the bits of backends.decode_sum_by_parts)."""
+    if bufs and n and out.flags.c_contiguous:
+        nt = native_decoder(fmt, n)
+        if nt is not None:
+            return _sum(bufs, fmt, n, out, scale, nt, "avx512")
+        if avx2_decodes(fmt, n):
+            return _sum(bufs, fmt, n, out, scale, native.decode_values(fmt), "avx2")
     return decode_sum_by_parts(decode, bufs, fmt, n, out, scale)
 
 
-def _avx2_sum(bufs: Sequence[np.ndarray], fmt: Format, n: int, out: np.ndarray, scale: float,
-              accumulate: bool = False) -> np.ndarray:
+def _sum(bufs: Sequence[np.ndarray], fmt: Format, n: int, out: np.ndarray, scale: float, table, isa: str,
+         accumulate: bool = False) -> np.ndarray:
     nb = fmt.n_blocks(n)
     scales = [b[: 4 * nb].view(np.float32) for b in bufs] if fmt.has_scales else None
-    native.avx2_sum([b[4 * nb:] for b in bufs], n, fmt.block_for(n), fmt.bits, scales, native.decode_values(fmt),
-                    out, threads(n), accumulate, float(np.float32(scale)))
+    native.sum_ranks([b[4 * nb:] for b in bufs], n, fmt.block_for(n), fmt.bits, scales, table, out, threads(n),
+                     accumulate, float(np.float32(scale)), isa)
     return out

@@ -103,7 +103,8 @@ def _load(isa: str) -> tuple[Optional[ctypes.CDLL], str]:
             return None, "the CPU has no AVX-512 (F, BW, VL)"
         signatures = {"hq8_encode8": [p, i64, i64, p, p, p], "hq8_decode8": [p, i64, i64, p, p, p, i32, f32],
                       "hq8_encode4": [p, i64, i64, p, p, p, i32], "hq8_decode4": [p, i64, i64, p, p, p, i32, f32],
-                      "hq8_threshold4": [p, i64, p, p, p, i32]}
+                      "hq8_threshold4": [p, i64, p, p, p, i32],
+                      "hq8_sum": [i32, p, p, i32, i64, i64, p, p, i32, f32]}
     else:
         if not lib.hq8_avx2_supported():
             return None, "the CPU has no AVX2"
@@ -322,21 +323,27 @@ def decode(codes: np.ndarray, n: int, block: int, bits: int, scales: Optional[np
                                                  int(accumulate), post))
 
 
-def avx2_sum(codes: list, n: int, block: int, bits: int, scales: Optional[list], values: np.ndarray,
-             out: np.ndarray, threads: int, accumulate: bool = False, post: float = 1.0) -> None:
-    """out = (v_0 + ... + v_{k-1}) * post, v_r = values[code] * scale of part r's codes, added in
-    part order in one pass: the bits of a decode, k - 1 accumulating decodes and a scaling pass.
-    One part with accumulate: out += v_0. scales None means 1 for every part."""
-    lib, k = library_avx2(), len(codes)
+def sum_ranks(codes: list, n: int, block: int, bits: int, scales: Optional[list], table, out: np.ndarray,
+              threads: int, accumulate: bool = False, post: float = 1.0, isa: str = "avx2") -> None:
+    """out = (v_0 + ... + v_{k-1}) * post, v_r = value of part r's code * its block's scale,
+    added in part order in one pass: the bits of a decode, k - 1 accumulating decodes and a
+    scaling pass. One part with accumulate: out += v_0. scales None means 1 for every part.
+    isa "avx512": table is the AVX-512 decode's (SymmetricTables, or float32[16] for 4 bits);
+    "avx2": decode_values's array."""
+    k = len(codes)
     if accumulate and k != 1:
-        raise ValueError("avx2_sum: accumulate adds one part")
+        raise ValueError("sum_ranks: accumulate adds one part")
+    if isa == "avx512":
+        fn, tp = library().hq8_sum, ctypes.addressof(table) if bits == 8 else table.ctypes.data
+    else:
+        fn, tp = library_avx2().hq8_avx2_sum, table.ctypes.data
     cps = [c.ctypes.data for c in codes]
     sps = None if scales is None else [s.ctypes.data for s in scales]
-    op, tp = out.ctypes.data, values.ctypes.data
+    op = out.ctypes.data
 
     def call(a: int, b: int) -> None:
         cp = (ctypes.c_void_p * k)(*[c + a * bits // 8 for c in cps])
         sp = None if sps is None else (ctypes.c_void_p * k)(*[s + 4 * (a // block) for s in sps])
-        lib.hq8_avx2_sum(bits, cp, sp, k, b - a, block, tp, op + 4 * a, int(accumulate), post)
+        fn(bits, cp, sp, k, b - a, block, tp, op + 4 * a, int(accumulate), post)
 
     _in_parts(n, block, threads, call)
