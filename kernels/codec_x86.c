@@ -38,18 +38,21 @@ AVX512 static uint32_t absmax_bits(const float *x, int64_t n) {
 
 // The code of v = x / scale for a table symmetric about 0 (codes center - 127 .. center + 127):
 // cnt = count(positive mids < |v|) (for v < 0: <= |v|, i.e. < the next float, as bits + 1),
-// code = center +- cnt. cnt comes from an estimate and one exact comparison: the positive
-// values fall into segments where they are evenly spaced (a decade of the dynamic tree), the
-// segment d = count(lowest mids of segments < a) comes from a's binary exponent and one
-// comparison, the estimate k = floor(a * c1[d] - c0[d]) inside it is never above the count of
-// the segment's mids below a and at most one under (it lies within a quarter step of every
-// midpoint, checked where the tables are built), and pmid[base[d] + k] < a adds the one. tests/test_native_codec.py checks every float32 in [-1, 1].
+// code = center +- cnt. The positive values fall into segments where they are evenly spaced (a
+// decade of the dynamic tree); the segment d = count(lowest mids of segments < a) comes from a's
+// binary exponent and one comparison, and inside it u = a * c1[d] - c0[d] estimates center +
+// the count: it rises with a and equals center + j + 0.5 exactly at the j-th mid (checked where
+// the tables are built), so where u - 0.5 is not a whole number the count is its ceiling,
+// clamped to the segment. A vector with a lane where it is whole (a tie) takes the exact
+// comparison with the next midpoint instead: floor(u), at most one under the count there, plus
+// pmid[j] < a (a 128-entry lookup held in eight registers). tests/test_native_codec.py checks
+// every float32 in [-1, 1].
 typedef struct {
     int32_t pmid[128];     // bits of the positive mids, ascending, padded with +Inf bits
     int32_t d_exp[32];     // count of segments' lowest mids below 2**(e - 127) for e = 96..127
     int32_t lo_next[16];   // by d: bits of segment d+1's lowest mid (+Inf bits past the last)
-    int32_t base[16];      // by d: count of mids up to and including the segment's lowest
-    int32_t kmax[16];      // by d: the segment's values - 1
+    int32_t bottom[16];    // by d: center + count of mids up to and including the segment's lowest
+    int32_t top[16];       // by d: center + count of mids below the segment's highest value
     float c1[16], c0[16];  // by d: the estimate's slope and offset
     float pos[128];        // table[center + j] for j = 0..127 (the last repeats the largest)
     int32_t center;
@@ -66,8 +69,12 @@ AVX512 static inline __m512i lookup128(const __m512i t[8], __m512i idx) {
     return _mm512_mask_blend_epi32(b6, lo, hi);
 }
 
-AVX512 static inline __m128i codes16(__m512 xv, __m512 vs, const __m512i pm[8], const __m512i dx[2], __m512i lo_next,
-                                     __m512i base, __m512i kmax, __m512 c1, __m512 c0, __m512i center) {
+typedef struct {
+    __m512i pm[8], dx[2], lo_next, bottom, top, center, twice_center;
+    __m512 c1, c0;
+} search16;
+
+AVX512 static inline __m128i codes16(__m512 xv, __m512 vs, const search16 *S) {
     const __m512i abs_mask = _mm512_set1_epi32((int)ABS_MASK), one = _mm512_set1_epi32(1);
     const __m512i zero = _mm512_setzero_si512();
     __m512i b = _mm512_castps_si512(_mm512_div_ps(xv, vs));
@@ -76,33 +83,38 @@ AVX512 static inline __m128i codes16(__m512 xv, __m512 vs, const __m512i pm[8], 
     a = _mm512_mask_add_epi32(a, neg, a, one);
     // the segment: from a's binary exponent (at most one segment starts in a binade), then one compare
     __m512i e = _mm512_max_epi32(_mm512_sub_epi32(_mm512_srli_epi32(a, 23), _mm512_set1_epi32(96)), zero);
-    __m512i d = _mm512_permutex2var_epi32(dx[0], e, dx[1]);
-    d = _mm512_mask_add_epi32(d, _mm512_cmpgt_epi32_mask(a, _mm512_permutexvar_epi32(d, lo_next)), d, one);
-    __m512 u = _mm512_sub_ps(_mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_permutexvar_ps(d, c1)),
-                             _mm512_permutexvar_ps(d, c0));
-    __m512i k = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvttps_epi32(u), zero), _mm512_permutexvar_epi32(d, kmax));
-    __m512i cnt = _mm512_add_epi32(_mm512_permutexvar_epi32(d, base), k);
-    cnt = _mm512_mask_add_epi32(cnt, _mm512_cmplt_epi32_mask(lookup128(pm, cnt), a), cnt, one);
-    return _mm512_cvtepi32_epi8(_mm512_mask_sub_epi32(_mm512_add_epi32(center, cnt), neg, center, cnt));
+    __m512i d = _mm512_permutex2var_epi32(S->dx[0], e, S->dx[1]);
+    d = _mm512_mask_add_epi32(d, _mm512_cmpgt_epi32_mask(a, _mm512_permutexvar_epi32(d, S->lo_next)), d, one);
+    __m512 u = _mm512_sub_ps(_mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_permutexvar_ps(d, S->c1)),
+                             _mm512_permutexvar_ps(d, S->c0));
+    __m512 v = _mm512_sub_ps(u, _mm512_set1_ps(0.5f));  // exact: 1 <= u < 2**23
+    __m512i cnt = _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
+    __m512i dtop = _mm512_permutexvar_epi32(d, S->top), dbottom = _mm512_permutexvar_epi32(d, S->bottom);
+    if (_mm512_cmp_ps_mask(_mm512_cvtepi32_ps(cnt), v, _CMP_EQ_OQ)) {  // a tie: the exact comparison
+        cnt = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvttps_epi32(u), _mm512_sub_epi32(dbottom, one)), dtop);
+        __m512i next = lookup128(S->pm, _mm512_sub_epi32(cnt, S->center));
+        cnt = _mm512_mask_add_epi32(cnt, _mm512_cmplt_epi32_mask(next, a), cnt, one);
+    } else {
+        cnt = _mm512_min_epi32(_mm512_max_epi32(cnt, dbottom), dtop);
+    }
+    return _mm512_cvtepi32_epi8(_mm512_mask_sub_epi32(cnt, neg, S->twice_center, cnt));
 }
 
 AVX512 static void codes_symmetric(const float *x, int64_t n, float s, uint8_t *codes, const hq8_symmetric *T) {
     const __m512 vs = _mm512_set1_ps(s);
-    __m512i pm[8], dx[2];
-    for (int q = 0; q < 8; q++) pm[q] = _mm512_loadu_si512(T->pmid + 16 * q);
-    for (int q = 0; q < 2; q++) dx[q] = _mm512_loadu_si512(T->d_exp + 16 * q);
-    const __m512i lo_next = _mm512_loadu_si512(T->lo_next);
-    const __m512i base = _mm512_loadu_si512(T->base), kmax = _mm512_loadu_si512(T->kmax);
-    const __m512i center = _mm512_set1_epi32(T->center);
-    const __m512 c1 = _mm512_loadu_ps(T->c1), c0 = _mm512_loadu_ps(T->c0);
+    search16 S;
+    for (int q = 0; q < 8; q++) S.pm[q] = _mm512_loadu_si512(T->pmid + 16 * q);
+    for (int q = 0; q < 2; q++) S.dx[q] = _mm512_loadu_si512(T->d_exp + 16 * q);
+    S.lo_next = _mm512_loadu_si512(T->lo_next);
+    S.bottom = _mm512_loadu_si512(T->bottom), S.top = _mm512_loadu_si512(T->top);
+    S.center = _mm512_set1_epi32(T->center), S.twice_center = _mm512_set1_epi32(2 * T->center);
+    S.c1 = _mm512_loadu_ps(T->c1), S.c0 = _mm512_loadu_ps(T->c0);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm_storeu_si128((__m128i *)(codes + i),
-                         codes16(_mm512_loadu_ps(x + i), vs, pm, dx, lo_next, base, kmax, c1, c0, center));
+        _mm_storeu_si128((__m128i *)(codes + i), codes16(_mm512_loadu_ps(x + i), vs, &S));
     if (i < n) {
         __mmask16 m = tail_mask(n - i);
-        __m128i c = codes16(_mm512_maskz_loadu_ps(m, x + i), vs, pm, dx, lo_next, base, kmax, c1, c0, center);
-        _mm_mask_storeu_epi8(codes + i, m, c);
+        _mm_mask_storeu_epi8(codes + i, m, codes16(_mm512_maskz_loadu_ps(m, x + i), vs, &S));
     }
 }
 

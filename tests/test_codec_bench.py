@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import numba
 import numpy as np
 import pytest
 
+import horovod_q8 as q
 from horovod_q8.bench import codec as bench
 from horovod_q8.formats import get
 
@@ -43,3 +46,17 @@ def test_bench_codec_times_a_git_baseline_in_the_same_rounds(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert {(r["code"], r["variant"]) for r in rows} == {(c, v) for c in ("HEAD", bench.HERE)
                                                          for v in ("serial", "parallel")}
+
+
+def test_a_baseline_calls_its_own_native_kernels():
+    """The revision's cpu.py imports the revision's native.py, which builds the revision's
+    kernels/ sources, not this tree's."""
+    from horovod_q8.backends import native
+    _, cpu_mod, _ = bench.baseline_backend("HEAD")
+    assert cpu_mod.native is not native and cpu_mod.native.__name__ == "hq8_baseline_native"
+    committed = subprocess.run(["git", "show", "HEAD:kernels/codec_x86.c"], capture_output=True, text=True,
+                               check=True, cwd=Path(bench.__file__).resolve().parents[2]).stdout
+    assert cpu_mod.native.kernel_source("codec_x86.c") == committed
+    x = np.random.default_rng(3).standard_normal(3000).astype(np.float32)
+    fmt = get("q8")
+    assert np.array_equal(cpu_mod.encode(x, fmt), q.quantize(x, fmt, backend="reference"))

@@ -40,8 +40,8 @@ _I32, _F32 = ctypes.c_int32, ctypes.c_float
 class SymmetricTables(ctypes.Structure):
     """The kernel's `hq8_symmetric`: field for field, see kernels/codec_x86.c."""
 
-    _fields_ = [("pmid", _I32 * 128), ("d_exp", _I32 * 32), ("lo_next", _I32 * 16), ("base", _I32 * 16),
-                ("kmax", _I32 * 16), ("c1", _F32 * 16), ("c0", _F32 * 16), ("pos", _F32 * 128),
+    _fields_ = [("pmid", _I32 * 128), ("d_exp", _I32 * 32), ("lo_next", _I32 * 16), ("bottom", _I32 * 16),
+                ("top", _I32 * 16), ("c1", _F32 * 16), ("c0", _F32 * 16), ("pos", _F32 * 128),
                 ("center", _I32)]
 
 
@@ -189,7 +189,7 @@ def symmetric_tables(name: str) -> Optional[SymmetricTables]:
     """The AVX-512 kernel's tables for 8-bit codebook `name`, or None where it does not fit the
     kernel: 255 values symmetric about 0 (exactly), at most 15 evenly spaced segments of positive
     values, at most one starting per binade, none below 2**-31, and the estimate inside each
-    within a quarter step of every midpoint (the kernel's comparison corrects up to one)."""
+    exactly center + j + 0.5 at the segment's j-th mid (see kernels/codec_x86.c)."""
     sym = _symmetric(name)
     if sym is None:
         return None
@@ -204,11 +204,13 @@ def symmetric_tables(name: str) -> Optional[SymmetricTables]:
     T.lo_next[:] = np.concatenate([lows.view(np.int32), np.full(16 - len(segs), INF_BITS, np.int32)]).tolist()
     binades = (2.0 ** (np.arange(EXP_LOW, 128) - 127)).astype(np.float32)
     T.d_exp[:] = [int(np.count_nonzero(lows < e)) for e in binades]
+    T.bottom[0], T.top[0], T.c0[0] = c, c, -c
     for d, (j0, m) in enumerate(segs, start=1):
-        T.base[d], T.kmax[d] = j0 + 1, m - 1
+        base = c + j0 + 1
+        T.bottom[d], T.top[d], T.c0[d] = base, base + m - 1, -base
         if m > 1:
-            T.c1[d], T.c0[d], off = _estimate(pos, pm, j0, m, 0)
-            if off >= 0.25:
+            T.c1[d], T.c0[d], off = _estimate(pos, pm, j0, m, base)
+            if off != 0:
                 return None
     T.pos[:] = _positive_values(name)
     T.center = c

@@ -16,6 +16,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -78,13 +79,16 @@ def _load(name: str, path: Path) -> ModuleType:
 
 
 def baseline_backend(rev: str) -> Backend:
-    """The CPU backend (backends/cpu.py and cpu_kernels.py) of git revision `rev`, importable
-    beside this tree's: written to a temporary folder, its kernel import pointed at its own copy."""
+    """The CPU backend (backends/cpu.py, cpu_kernels.py and, where it has them, native.py with its
+    kernels/ sources) of git revision `rev`, importable beside this tree's: written to a
+    temporary folder, its imports pointed at its own copies."""
     root = Path(__file__).resolve().parents[2]
 
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout
+
     def show(path: str) -> str:
-        return subprocess.run(["git", "-C", str(root), "show", f"{rev}:{path}"], check=True,
-                              capture_output=True, text=True).stdout
+        return git("show", f"{rev}:{path}")
 
     folder = Path(tempfile.mkdtemp(prefix="hq8-baseline-"))
     (folder / "hq8_baseline_kernels.py").write_text(show("horovod_q8/backends/cpu_kernels.py"))
@@ -93,8 +97,31 @@ def baseline_backend(rev: str) -> Backend:
     line = "from horovod_q8.backends import cpu_kernels as K"
     if line not in source:
         raise SystemExit(f"--baseline {rev}: its backends/cpu.py does not import its kernels as expected")
-    (folder / "hq8_baseline_cpu.py").write_text(source.replace(line, "import hq8_baseline_kernels as K"))
+    source = source.replace(line, "import hq8_baseline_kernels as K")
+    if "horovod_q8/backends/native.py" in git("ls-tree", "-r", "--name-only", rev, "horovod_q8/backends"):
+        _baseline_native(rev, folder, show, git)
+        # the revision's cpu.py must call its own native kernels, not this tree's
+        source = re.sub(r"^from horovod_q8\.backends import (.*)\bnative\b(.*)$",
+                        lambda m: f"from horovod_q8.backends import {(m[1] + m[2]).strip(' ,')}\n"
+                                  "import hq8_baseline_native as native", source, flags=re.M)
+        source = source.replace("from horovod_q8.backends import \n", "")
+    (folder / "hq8_baseline_cpu.py").write_text(source)
     return rev, _load("hq8_baseline_cpu", folder / "hq8_baseline_cpu.py"), kernels_mod
+
+
+def _baseline_native(rev: str, folder: Path, show, git) -> None:
+    """The revision's native.py as module hq8_baseline_native, reading the revision's kernels/."""
+    kernels_dir = folder / "kernels"
+    kernels_dir.mkdir()
+    for path in git("ls-tree", "-r", "--name-only", rev, "kernels").split():
+        (kernels_dir / Path(path).name).write_text(show(path))
+    line = "from horovod_q8.backends import kernel_source"
+    source = show("horovod_q8/backends/native.py")
+    if line not in source:
+        raise SystemExit(f"--baseline {rev}: its backends/native.py does not import kernel_source as expected")
+    source = source.replace(line, f"def kernel_source(name):\n    return open({str(kernels_dir)!r} + '/' + name).read()")
+    (folder / "hq8_baseline_native.py").write_text(source)
+    _load("hq8_baseline_native", folder / "hq8_baseline_native.py")
 
 
 @contextlib.contextmanager
