@@ -191,3 +191,19 @@ def test_pinned_hosts_run_on_their_own_cores(tmp_path):
 def test_pin_cores_with_too_few_cores_is_a_clear_error():
     rc, out = cli("cluster", "--hosts", str(len(os.sched_getaffinity(0)) + 1), "--pin-cores", "--", "true")
     assert rc == 2 and "a core per host" in out, out
+
+
+@root_only
+def test_mca_settings_replace_the_tuned_collectives():
+    """--mca NAME=VALUE reaches every rank as OpenMPI gives it (OMPI_MCA_NAME), given once: a
+    tuned default of the same name is replaced, not joined with a comma."""
+    show = 'echo "alltoallv=$OMPI_MCA_coll_tuned_alltoallv_algorithm allgatherv=$OMPI_MCA_coll_tuned_allgatherv_algorithm"'
+    rc, out = cli("cluster", "--hosts", "2", "--bandwidth", "none", "--mca", "coll_tuned_alltoallv_algorithm=1",
+                  "--", "sh", "-c", show, timeout=120)
+    assert rc == 0 and out.count("alltoallv=1 allgatherv=3") == 2, out
+
+
+def test_bad_mca_settings_are_refused():
+    for bad in ("coll_tuned_alltoallv_algorithm", "=1", "Bad-Name=1", "x=1;rm -rf /", "x="):
+        rc, out = cli("cluster", "--hosts", "2", "--mca", bad, "--", "true", timeout=60)
+        assert rc == 2 and "expected NAME=VALUE" in out, (bad, out)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Optional
 
@@ -20,6 +21,9 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("--slots", type=int, default=1, help="processes per host")
     p.add_argument("--allreduce", choices=["ring", "default"], default="ring",
                    help="OpenMPI's allreduce algorithm for uncompressed tensors")
+    p.add_argument("--mca", action="append", default=[], metavar="NAME=VALUE", type=mca_setting,
+                   help="an OpenMPI MCA parameter for the job, e.g. coll_tuned_alltoallv_algorithm=1; "
+                        "replaces the tuned collectives' value of the same name (repeatable)")
     p.add_argument("--pin-cores", action="store_true",
                    help="give each host cores of its own (taskset), as real hosts have; needs a core per host")
     p.add_argument("--subnet", default="10.99.0.0/24")
@@ -29,6 +33,14 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
                    help=f"remove namespaces named {PREFIX}* left by a killed run, then exit")
     p.add_argument("job", nargs=argparse.REMAINDER, help="-- the command every host runs")
     return p
+
+
+def mca_setting(text: str) -> tuple:
+    """NAME=VALUE -> (NAME, VALUE); NAME as OpenMPI spells MCA parameters."""
+    name, sep, value = text.partition("=")
+    if not sep or not re.fullmatch(r"[a-z][a-z0-9_]*", name) or not re.fullmatch(r"[A-Za-z0-9_.,:^/-]+", value):
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE (e.g. coll_tuned_alltoallv_algorithm=1), got {text!r}")
+    return name, value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,10 +58,12 @@ def run(args: argparse.Namespace) -> int:
         cluster = Cluster(args.hosts, bandwidth, parse_time(args.latency), args.subnet)
         print(f"horovod-q8 cluster: {args.hosts} hosts {' '.join(cluster.addresses)}, "
               f"{args.bandwidth} per link, latency {args.latency}, allreduce {args.allreduce}"
-              + (", each host on cores of its own" if args.pin_cores else ""), flush=True)
+              + (", each host on cores of its own" if args.pin_cores else "")
+              + "".join(f", {k}={v}" for k, v in args.mca), flush=True)
         log = open(args.log, "w") if args.log else None
         try:
-            return run_job(cluster, job, args.slots, args.allreduce == "ring", args.timeout, log, args.pin_cores)
+            return run_job(cluster, job, args.slots, args.allreduce == "ring", args.timeout, log, args.pin_cores,
+                           dict(args.mca))
         finally:
             if log is not None:
                 log.close()

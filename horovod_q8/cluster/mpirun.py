@@ -11,7 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, List, Optional, Sequence
+from typing import IO, Dict, List, Optional, Sequence
 
 from horovod_q8.cluster.netns import HOST_IFACE, Cluster, ClusterError
 from horovod_q8.cores import share, usable_cores
@@ -20,10 +20,8 @@ from horovod_q8.cores import share, usable_cores
 # compressed schedule's collectives: a ring allgatherv (a Sendrecv ring moved 0.90 Gbit/s per
 # link where the default Allgather moved 0.53, docs/runs/cluster/collective_check_4x1gbit.log)
 # and a pairwise alltoallv (one exchange per step, as the ring).
-RING_ALLREDUCE = ["--mca", "coll_tuned_use_dynamic_rules", "1",
-                  "--mca", "coll_tuned_allreduce_algorithm", "4",
-                  "--mca", "coll_tuned_allgatherv_algorithm", "3",
-                  "--mca", "coll_tuned_alltoallv_algorithm", "2"]
+RING_ALLREDUCE = {"coll_tuned_use_dynamic_rules": "1", "coll_tuned_allreduce_algorithm": "4",
+                  "coll_tuned_allgatherv_algorithm": "3", "coll_tuned_alltoallv_algorithm": "2"}
 FORWARDED_PREFIXES = ("HOROVOD_", "TF_", "OMP_", "NUMBA_", "PYTHON", "HQ8_")
 FORWARDED = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "HOME")
 
@@ -70,9 +68,12 @@ def job_environment(processes: int) -> dict:
 
 
 def mpirun_command(cluster: Cluster, agent: str, command: Sequence[str], slots: int = 1,
-                   ring: bool = True, env: Optional[dict] = None, cores: Optional[Sequence[str]] = None) -> List[str]:
+                   ring: bool = True, env: Optional[dict] = None, cores: Optional[Sequence[str]] = None,
+                   mca: Optional[Dict[str, str]] = None) -> List[str]:
     """The full command line, `ip netns exec <host 0> mpirun ... command` (under `taskset`
-    with host 0's cores when `cores` gives each host's; the agent pins the others)."""
+    with host 0's cores when `cores` gives each host's; the agent pins the others). mca: MCA
+    parameters that replace the tuned collectives' values or add to them (mpirun would join
+    a parameter given twice with a comma, so each is given once)."""
     env = os.environ if env is None else env
     hosts = ",".join(f"{a}:{slots}" for a in cluster.addresses)
     forwarded = sorted(k for k in env if k in FORWARDED or k.startswith(FORWARDED_PREFIXES))
@@ -88,8 +89,8 @@ def mpirun_command(cluster: Cluster, agent: str, command: Sequence[str], slots: 
            # waiting ranks yield the CPU: the emulated hosts share this machine's cores
            "--mca", "mpi_yield_when_idle", "1",
            "--mca", "btl_tcp_if_include", cluster.subnet, "--mca", "oob_tcp_if_include", cluster.subnet]
-    if ring:
-        cmd += RING_ALLREDUCE
+    for name, value in {**(RING_ALLREDUCE if ring else {}), **(mca or {})}.items():
+        cmd += ["--mca", name, value]
     for k in forwarded:
         cmd += ["-x", k]
     return cmd + list(command)
@@ -104,7 +105,8 @@ def _raise_interrupted(signum, frame):
 
 
 def run_job(cluster: Cluster, command: Sequence[str], slots: int = 1, ring: bool = True,
-            timeout: Optional[float] = None, log: Optional[IO[str]] = None, pin_cores: bool = False) -> int:
+            timeout: Optional[float] = None, log: Optional[IO[str]] = None, pin_cores: bool = False,
+            mca: Optional[Dict[str, str]] = None) -> int:
     """Bring the cluster up, run command on every host, stream its output, always tear down.
 
     pin_cores: each host's processes on cores of their own (`core_groups`).
@@ -126,7 +128,7 @@ def run_job(cluster: Cluster, command: Sequence[str], slots: int = 1, ring: bool
             env = job_environment(cluster.hosts * slots)
             # for jobs that rendezvous without MPI (torch.distributed): host 0 and its device
             env.update(HOROVOD_Q8_HOST0=cluster.addresses[0], HOROVOD_Q8_IFACE=HOST_IFACE)
-            cmd = mpirun_command(cluster, agent, command, slots, ring, env, cores)
+            cmd = mpirun_command(cluster, agent, command, slots, ring, env, cores, mca)
             try:
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True, env=env, start_new_session=True)
