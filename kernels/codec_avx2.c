@@ -170,13 +170,16 @@ sum_parts(const int bits, const uint8_t *const *codes, const float *const *scale
     for (int64_t b = 0; b < nb; b++) {
         const int64_t s = b * block, len = block_len(b, block, n), cs = bits == 8 ? s : s / 2;
         float *o = out + s;
+        const uint8_t *cr[k];  // this block's codes and scales by rank, read once: stores to out may alias them
+        float sr[k];
+        for (int r = 0; r < k; r++) cr[r] = codes[r] + cs, sr[r] = scales ? scales[r][b] : 1.0f;
         int64_t i = 0;
         for (; i + 8 <= len; i += 8) {
             __m256 acc = _mm256_setzero_ps();
             for (int r = 0; r < k; r++) {
-                const uint8_t *c = codes[r] + cs + i * bits / 8;
+                const uint8_t *c = cr[r] + i * bits / 8;
                 __m256 v = bits == 8 ? values8_8(c, table) : values8_4(c, lo, hi);
-                v = _mm256_mul_ps(v, _mm256_set1_ps(scales ? scales[r][b] : 1.0f));
+                v = _mm256_mul_ps(v, _mm256_set1_ps(sr[r]));
                 acc = r == 0 ? v : _mm256_add_ps(acc, v);
             }
             if (accumulate) acc = _mm256_add_ps(_mm256_loadu_ps(o + i), acc);
@@ -186,7 +189,7 @@ sum_parts(const int bits, const uint8_t *const *codes, const float *const *scale
         for (; i < len; i++) {
             float acc = 0.0f;
             for (int r = 0; r < k; r++) {
-                float v = value_one(bits, codes[r] + cs, i, table) * (scales ? scales[r][b] : 1.0f);
+                float v = value_one(bits, cr[r], i, table) * sr[r];
                 acc = r == 0 ? v : acc + v;
             }
             if (accumulate) acc = o[i] + acc;

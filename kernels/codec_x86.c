@@ -309,12 +309,18 @@ AVX512 static inline __m512 values16_4(const uint8_t *c, int64_t i, int64_t left
     return _mm512_permutexvar_ps(_mm512_and_si512(_mm512_or_si512(w, _mm512_slli_epi64(w, 28)), nib), t);
 }
 
-// out = (v_0 + ... + v_{k-1}) * post, v_r = value(codes[r]) * scales[r][block], added in rank
-// order (out = out + v_0 with accumulate, k = 1): the bits of hq8_decode8/4 and k - 1
-// accumulating ones, then a scaling pass. table: hq8_symmetric* (8-bit) or float[16] (4-bit,
-// `block` even or one block). scales NULL means 1.
-AVX512 void hq8_sum(int bits, const uint8_t *const *codes, const float *const *scales, int k, int64_t n,
-                    int64_t block, const void *table, float *out, int accumulate, float post) {
+// The values of 16 codes of either width: 8-bit ones at c + i (all 16 there, or `m` masks
+// them), 4-bit ones as values16_4 reads them.
+AVX512 static inline __m512 values16_any(const int bits, const uint8_t *c, int64_t i, int64_t left, __mmask16 m,
+                                         const __m512i pv[8], __m512i center, __m512 t4) {
+    if (bits == 4) return values16_4(c, i, left, t4);
+    return values16(left >= 16 ? _mm_loadu_si128((const __m128i *)(c + i)) : _mm_maskz_loadu_epi8(m, c + i), pv, center);
+}
+
+// sum_ranks for one code width, a constant where it is inlined, so each width gets its own loop.
+AVX512 static inline __attribute__((always_inline)) void sum_width(
+        const int bits, const uint8_t *const *codes, const float *const *scales, int k, int64_t n, int64_t block,
+        const void *table, float *out, int accumulate, float post) {
     const __m512 vp = _mm512_set1_ps(post);
     const int scaled = post != 1.0f;
     const hq8_symmetric *T = (const hq8_symmetric *)table;
@@ -331,20 +337,39 @@ AVX512 void hq8_sum(int bits, const uint8_t *const *codes, const float *const *s
     for (int64_t b = 0; b < nb; b++) {
         const int64_t s = b * block, len = (s + block < n ? block : n - s), cs = bits == 8 ? s : s / 2;
         float *o = out + s;
+        const uint8_t *cr[k];  // this block's codes and scales by rank, read once: stores to out may alias them
+        float sr[k];
+        for (int r = 0; r < k; r++) cr[r] = codes[r] + cs, sr[r] = scales ? scales[r][b] : 1.0f;
         for (int64_t i = 0; i < len; i += 16) {
-            const __mmask16 m = tail_mask(len - i);
+            const int64_t left = len - i;
+            const __mmask16 m = tail_mask(left);
             __m512 acc = _mm512_setzero_ps();
             for (int r = 0; r < k; r++) {
-                const uint8_t *c = codes[r] + cs;
-                __m512 v = bits == 8 ? values16(_mm_maskz_loadu_epi8(m, c + i), pv, center) : values16_4(c, i, len - i, t4);
-                v = _mm512_mul_ps(v, _mm512_set1_ps(scales ? scales[r][b] : 1.0f));
+                __m512 v = values16_any(bits, cr[r], i, left, m, pv, center, t4);
+                v = _mm512_mul_ps(v, _mm512_set1_ps(sr[r]));
                 acc = r == 0 ? v : _mm512_add_ps(acc, v);
             }
-            if (accumulate) acc = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + i), acc);
-            if (scaled) acc = _mm512_mul_ps(acc, vp);
-            _mm512_mask_storeu_ps(o + i, m, acc);
+            if (left >= 16) {
+                if (accumulate) acc = _mm512_add_ps(_mm512_loadu_ps(o + i), acc);
+                if (scaled) acc = _mm512_mul_ps(acc, vp);
+                _mm512_storeu_ps(o + i, acc);
+            } else {
+                if (accumulate) acc = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + i), acc);
+                if (scaled) acc = _mm512_mul_ps(acc, vp);
+                _mm512_mask_storeu_ps(o + i, m, acc);
+            }
         }
     }
+}
+
+// out = (v_0 + ... + v_{k-1}) * post, v_r = value(codes[r]) * scales[r][block], added in rank
+// order (out = out + v_0 with accumulate, k = 1): the bits of hq8_decode8/4 and k - 1
+// accumulating ones, then a scaling pass. table: hq8_symmetric* (8-bit) or float[16] (4-bit,
+// `block` even or one block). scales NULL means 1.
+AVX512 void hq8_sum(int bits, const uint8_t *const *codes, const float *const *scales, int k, int64_t n,
+                    int64_t block, const void *table, float *out, int accumulate, float post) {
+    if (bits == 8) sum_width(8, codes, scales, k, n, block, table, out, accumulate, post);
+    else sum_width(4, codes, scales, k, n, block, table, out, accumulate, post);
 }
 
 // ---- 4-bit threshold codes (MXNet-style sign + level index), with or without a residual ----
