@@ -1,10 +1,11 @@
-// horovod_q8 8-bit codebook encode / decode for x86-64 CPUs with AVX-512, called through ctypes
-// by horovod_q8/backends/native.py. Byte-for-byte the same as horovod_q8/formats/reference.py
+// horovod_q8 8- and 4-bit codebook encode / decode, 4-bit threshold codes and the sum of k
+// ranks' codes for x86-64 CPUs with AVX-512, called through ctypes by
+// horovod_q8/backends/native.py. Byte-for-byte the same as horovod_q8/formats/reference.py
 // (docs/formats.md): code = count(mids < x / scale), 16 elements per instruction.
 //
 // Why native: the Numba kernel looks each element's code up in a 64 KB table one element at
-// a time; here the same two lookups (table on the top 16 bits, then one comparison with the
-// next midpoint) are AVX-512 gathers. Built with -ffp-contract=off: a fused multiply-add would
+// a time; here the 8-bit code comes from the value's segment and an estimate inside it, held
+// in registers (see codes16). Built with -ffp-contract=off: a fused multiply-add would
 // change the last bit of a decoded sum relative to the other backends.
 #include <stdint.h>
 #include <string.h>
