@@ -26,37 +26,45 @@ static inline __mmask16 tail_mask(int64_t left) {
     return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
 }
 
-AVX512 static uint32_t absmax_bits(const float *x, int64_t n) {
-    __m512i m = _mm512_setzero_si512();
+// The largest |x| as bits (m accumulates them), NaN's canonical bits where any is NaN.
+AVX512 static inline __m512i absmax_acc(__m512i m, const float *x, int64_t from, int64_t to) {
     const __m512i abs_mask = _mm512_set1_epi32((int)ABS_MASK);
-    for (int64_t i = 0; i < n; i += 16) {
-        __m512i v = _mm512_maskz_loadu_epi32(tail_mask(n - i), x + i);
-        m = _mm512_max_epu32(m, _mm512_and_si512(v, abs_mask));
-    }
+    for (int64_t i = from; i < to; i += 16)
+        m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_maskz_loadu_epi32(tail_mask(to - i), x + i), abs_mask));
+    return m;
+}
+
+AVX512 static inline uint32_t absmax_final(__m512i m) {
     uint32_t b = _mm512_reduce_max_epu32(m);
     return b > INF_BITS ? NAN_BITS : b;  // any NaN gives the canonical NaN
+}
+
+AVX512 static uint32_t absmax_bits(const float *x, int64_t n) {
+    return absmax_final(absmax_acc(_mm512_setzero_si512(), x, 0, n));
 }
 
 // The code of v = x / scale for a table symmetric about 0 (codes center - 127 .. center + 127):
 // cnt = count(positive mids < |v|) (for v < 0: <= |v|, i.e. < the next float, as bits + 1),
 // code = center +- cnt. The positive values fall into segments where they are evenly spaced (a
 // decade of the dynamic tree); the segment d = count(lowest mids of segments < a) comes from a's
-// binary exponent and one comparison, and inside it u = a * c1[d] - c0[d] estimates center +
-// the count: it rises with a and equals center + j + 0.5 exactly at the j-th mid (checked where
-// the tables are built), so where u - 0.5 is not a whole number the count is its ceiling,
-// clamped to the segment. A vector with a lane where it is whole (a tie) takes the exact
-// comparison with the next midpoint instead: floor(u), at most one under the count there, plus
-// pmid[j] < a (a 128-entry lookup held in eight registers). tests/test_native_codec.py checks
-// every float32 in [-1, 1].
+// binary exponent and one comparison, and inside it w = a * c1[d] - c0[d] estimates W + center +
+// the count: it rises with a and equals W + center + j + 1 exactly at the j-th mid (checked
+// where the tables are built), so where w is not a whole number the code is its integer part,
+// less W, once w is clamped to the segment's codes. With W = 256, w lies in [256, 512), where a
+// float's bits 15-22 are that integer part and bits 0-14 the fraction: the code is bits >> 15
+// (its low byte), a tie a zero fraction. A vector with a tie takes the exact comparison with
+// that mid instead (a 128-entry lookup held in eight registers). tests/test_native_codec.py
+// checks every float32 in [-1, 1].
+#define W_BITS_15 0x8700  // the bits of 256.0f (W) >> 15
 typedef struct {
-    int32_t pmid[128];     // bits of the positive mids, ascending, padded with +Inf bits
-    int32_t d_exp[32];     // count of segments' lowest mids below 2**(e - 127) for e = 96..127
-    int32_t lo_next[16];   // by d: bits of segment d+1's lowest mid (+Inf bits past the last)
-    int32_t bottom[16];    // by d: center + count of mids up to and including the segment's lowest
-    int32_t top[16];       // by d: center + count of mids below the segment's highest value
-    float c1[16], c0[16];  // by d: the estimate's slope and offset
-    float pos[128];        // table[center + j] for j = 0..127 (the last repeats the largest)
+    int32_t pmid[128];       // bits of the positive mids, ascending, padded with +Inf bits
+    int32_t d_exp[32];       // count of segments' lowest mids below 2**(e - 127) for e = 96..127
+    int32_t lo_next[16];     // by d: bits of segment d+1's lowest mid (+Inf bits past the last)
+    float w_lo[16], w_hi[16];  // by d: W + its lowest and highest code, + 0.5: w's clamp (never a tie)
+    float c1[16], c0[16];    // by d: the estimate's slope and offset
+    float pos[128];          // table[center + j] for j = 0..127 (the last repeats the largest)
     int32_t center;
+    int32_t clamp_low;       // whether w can fall below w_lo (just above a segment's lowest mid)
 } hq8_symmetric;
 
 // t[8]: 128 int32 entries; permutex2var picks from 32 (index bits 0-4), bits 5 and 6 choose.
@@ -71,52 +79,70 @@ AVX512 static inline __m512i lookup128(const __m512i t[8], __m512i idx) {
 }
 
 typedef struct {
-    __m512i pm[8], dx[2], lo_next, bottom, top, center, twice_center;
-    __m512 c1, c0;
+    __m512i pm[8], dx[2], lo_next, e_low, tie_base, twice_center;
+    __m512 w_lo, w_hi, c1, c0;
 } search16;
 
-AVX512 static inline __m128i codes16(__m512 xv, __m512 vs, const search16 *S) {
+// clamp_low: a constant where it is inlined, so each table kind gets its own loop.
+AVX512 static inline __attribute__((always_inline)) __m128i codes16(__m512 xv, __m512 vs, const search16 *S,
+                                                                    const int clamp_low) {
     const __m512i abs_mask = _mm512_set1_epi32((int)ABS_MASK), one = _mm512_set1_epi32(1);
-    const __m512i zero = _mm512_setzero_si512();
     __m512i b = _mm512_castps_si512(_mm512_div_ps(xv, vs));
-    __mmask16 neg = _mm512_cmplt_epi32_mask(b, zero);
+    __mmask16 neg = _mm512_cmplt_epi32_mask(b, _mm512_setzero_si512());
     __m512i a = _mm512_and_si512(b, abs_mask);
     a = _mm512_mask_add_epi32(a, neg, a, one);
     // the segment: from a's binary exponent (at most one segment starts in a binade), then one compare
-    __m512i e = _mm512_max_epi32(_mm512_sub_epi32(_mm512_srli_epi32(a, 23), _mm512_set1_epi32(96)), zero);
+    __m512i e = _mm512_srli_epi32(_mm512_subs_epu16(a, S->e_low), 23);  // exponent - 96, at least 0
     __m512i d = _mm512_permutex2var_epi32(S->dx[0], e, S->dx[1]);
     d = _mm512_mask_add_epi32(d, _mm512_cmpgt_epi32_mask(a, _mm512_permutexvar_epi32(d, S->lo_next)), d, one);
-    __m512 u = _mm512_sub_ps(_mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_permutexvar_ps(d, S->c1)),
+    __m512 w = _mm512_sub_ps(_mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_permutexvar_ps(d, S->c1)),
                              _mm512_permutexvar_ps(d, S->c0));
-    __m512 v = _mm512_sub_ps(u, _mm512_set1_ps(0.5f));  // exact: 1 <= u < 2**23
-    __m512i cnt = _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
-    __m512i dtop = _mm512_permutexvar_epi32(d, S->top), dbottom = _mm512_permutexvar_epi32(d, S->bottom);
-    if (_mm512_cmp_ps_mask(_mm512_cvtepi32_ps(cnt), v, _CMP_EQ_OQ)) {  // a tie: the exact comparison
-        cnt = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvttps_epi32(u), _mm512_sub_epi32(dbottom, one)), dtop);
-        __m512i next = lookup128(S->pm, _mm512_sub_epi32(cnt, S->center));
-        cnt = _mm512_mask_add_epi32(cnt, _mm512_cmplt_epi32_mask(next, a), cnt, one);
-    } else {
-        cnt = _mm512_min_epi32(_mm512_max_epi32(cnt, dbottom), dtop);
+    if (clamp_low) w = _mm512_max_ps(w, _mm512_permutexvar_ps(d, S->w_lo));
+    w = _mm512_min_ps(w, _mm512_permutexvar_ps(d, S->w_hi));
+    __m512i code = _mm512_srli_epi32(_mm512_castps_si512(w), 15);  // W_BITS_15 + the code: its low byte is the code
+    __mmask16 tie = ~_mm512_test_epi32_mask(_mm512_castps_si512(w), _mm512_set1_epi32(0x7FFF));
+    if (tie) {  // w = W + center + j + 1 at a's lane: the code is one less unless the j-th mid < a
+        __m512i next = lookup128(S->pm, _mm512_sub_epi32(code, S->tie_base));
+        code = _mm512_mask_sub_epi32(code, tie & _mm512_cmpge_epi32_mask(next, a), code, one);
     }
-    return _mm512_cvtepi32_epi8(_mm512_mask_sub_epi32(cnt, neg, S->twice_center, cnt));
+    return _mm512_cvtepi32_epi8(_mm512_mask_sub_epi32(code, neg, S->twice_center, code));
 }
 
-AVX512 static void codes_symmetric(const float *x, int64_t n, float s, uint8_t *codes, const hq8_symmetric *T) {
+// The codes of block x (n elements) and, in the same loop, the absmax bits of the next block
+// (nx, nn elements, nn <= n or none): its loads from memory overlap this block's arithmetic.
+AVX512 static inline __attribute__((always_inline)) uint32_t codes_symmetric_k(
+        const float *x, int64_t n, float s, uint8_t *codes, const hq8_symmetric *T, const float *nx, int64_t nn,
+        const int clamp_low) {
     const __m512 vs = _mm512_set1_ps(s);
+    const __m512i abs_mask = _mm512_set1_epi32((int)ABS_MASK);
     search16 S;
     for (int q = 0; q < 8; q++) S.pm[q] = _mm512_loadu_si512(T->pmid + 16 * q);
     for (int q = 0; q < 2; q++) S.dx[q] = _mm512_loadu_si512(T->d_exp + 16 * q);
     S.lo_next = _mm512_loadu_si512(T->lo_next);
-    S.bottom = _mm512_loadu_si512(T->bottom), S.top = _mm512_loadu_si512(T->top);
-    S.center = _mm512_set1_epi32(T->center), S.twice_center = _mm512_set1_epi32(2 * T->center);
+    S.e_low = _mm512_set1_epi32(96 << 23);
+    S.tie_base = _mm512_set1_epi32(W_BITS_15 + T->center + 1);
+    S.twice_center = _mm512_set1_epi32(2 * T->center);
+    S.w_lo = _mm512_loadu_ps(T->w_lo), S.w_hi = _mm512_loadu_ps(T->w_hi);
     S.c1 = _mm512_loadu_ps(T->c1), S.c0 = _mm512_loadu_ps(T->c0);
+    __m512i m = _mm512_setzero_si512();
+    const int64_t both = (nn < n ? nn : n) & ~(int64_t)15;
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm_storeu_si128((__m128i *)(codes + i), codes16(_mm512_loadu_ps(x + i), vs, &S));
-    if (i < n) {
-        __mmask16 m = tail_mask(n - i);
-        _mm_mask_storeu_epi8(codes + i, m, codes16(_mm512_maskz_loadu_ps(m, x + i), vs, &S));
+    for (; i < both; i += 16) {
+        m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_loadu_si512(nx + i), abs_mask));
+        _mm_storeu_si128((__m128i *)(codes + i), codes16(_mm512_loadu_ps(x + i), vs, &S, clamp_low));
     }
+    for (; i + 16 <= n; i += 16)
+        _mm_storeu_si128((__m128i *)(codes + i), codes16(_mm512_loadu_ps(x + i), vs, &S, clamp_low));
+    if (i < n) {
+        __mmask16 k = tail_mask(n - i);
+        _mm_mask_storeu_epi8(codes + i, k, codes16(_mm512_maskz_loadu_ps(k, x + i), vs, &S, clamp_low));
+    }
+    return absmax_final(absmax_acc(m, nx, both, nn));
+}
+
+AVX512 static uint32_t codes_symmetric(const float *x, int64_t n, float s, uint8_t *codes, const hq8_symmetric *T,
+                                       const float *nx, int64_t nn) {
+    return T->clamp_low ? codes_symmetric_k(x, n, s, codes, T, nx, nn, 1) : codes_symmetric_k(x, n, s, codes, T, nx, nn, 0);
 }
 
 static uint8_t code_one(float v, const hq8_symmetric *T) {
@@ -140,18 +166,23 @@ void hq8_encode8(const float *x, int64_t n, int64_t block, uint32_t *scale_bits,
                  const hq8_symmetric *T) {
     int zero_code = T->center;
     int64_t nb = block > 0 ? (n + block - 1) / block : 0;
+    uint32_t next = nb ? absmax_bits(x, n < block ? n : block) : 0;
     for (int64_t b = 0; b < nb; b++) {
         int64_t s = b * block, len = (s + block < n ? block : n - s);
-        uint32_t sb = absmax_bits(x + s, len);
+        int64_t ns = s + len, nlen = (ns + block < n ? block : n - ns);  // the next block (nlen <= 0: none)
+        if (nlen < 0) nlen = 0;
+        uint32_t sb = next;
         scale_bits[b] = sb;
         if (sb == 0 || sb > INF_BITS) {
             memset(codes + s, zero_code, (size_t)len);  // all zeros, or a NaN: every code is 0.0's
+            next = absmax_bits(x + ns, nlen);
         } else if (sb == INF_BITS) {
             codes_overflowed(x + s, len, codes + s, T);
+            next = absmax_bits(x + ns, nlen);
         } else {
             float sc;
             memcpy(&sc, &sb, 4);
-            codes_symmetric(x + s, len, sc, codes + s, T);
+            next = codes_symmetric(x + s, len, sc, codes + s, T, x + ns, nlen);
         }
     }
 }
@@ -209,16 +240,32 @@ AVX512 void hq8_decode8(const uint8_t *codes, int64_t n, int64_t block, const fl
 
 // ---- 4-bit codes, two per byte, the first in the low nibble ----
 
-// A symmetric 4-bit table with 7 positive mids (q4): code = center +- count(pmid < a), a as above.
-AVX512 static inline __m512i codes16_q4(__m512 xv, __m512 vs, const __m512i pm[7], __m512i center) {
+// A symmetric 4-bit table with 7 positive mids (q4): code = center +- count(pmid < a), a as for
+// 8 bits. The count comes from a's cell, h = (a's high 16 bits - lo, at least 0) >> shift, which
+// holds at most one mid (the first cell everything below): below[h] + (mid[h] < a), two
+// 16-entry lookups (checked where the cells are made, native.cells4).
+typedef struct {
+    int32_t below[16];  // by cell: count of the mids in the cells below it
+    int32_t mid[16];    // by cell: bits of its mid, +Inf bits where it has none
+    int32_t pmid[7];    // bits of the positive mids, ascending
+    int32_t lo, shift, center;
+} hq8_cells4;
+
+typedef struct {
+    __m512i code_below, mid, lo, twice_center;
+    __m128i shift;
+} cells16;
+
+AVX512 static inline __m512i codes16_q4(__m512 xv, __m512 vs, const cells16 *C) {
     const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
     __m512i b = _mm512_castps_si512(_mm512_div_ps(xv, vs));
     __mmask16 neg = _mm512_cmplt_epi32_mask(b, zero);
     __m512i a = _mm512_and_si512(b, _mm512_set1_epi32((int)ABS_MASK));
     a = _mm512_mask_add_epi32(a, neg, a, one);
-    __m512i cnt = zero;
-    for (int q = 0; q < 7; q++) cnt = _mm512_mask_add_epi32(cnt, _mm512_cmpgt_epi32_mask(a, pm[q]), cnt, one);
-    return _mm512_mask_sub_epi32(_mm512_add_epi32(center, cnt), neg, center, cnt);
+    __m512i h = _mm512_srl_epi32(_mm512_subs_epu16(a, C->lo), C->shift);
+    __m512i code = _mm512_permutexvar_epi32(h, C->code_below);
+    code = _mm512_mask_add_epi32(code, _mm512_cmpgt_epi32_mask(a, _mm512_permutexvar_epi32(h, C->mid)), code, one);
+    return _mm512_mask_sub_epi32(code, neg, C->twice_center, code);
 }
 
 // 16 codes (int32 lanes) -> 8 bytes: each 64-bit lane holds an even code low, the odd one at bit 32.
@@ -239,32 +286,55 @@ static int code_one_q4(float v, const int32_t *pmid, int center) {
     return neg ? center - cnt : center + cnt;
 }
 
+// The 4-bit codes of block x (n elements, from a byte) and the absmax bits of the next block
+// (nx, nn elements), as codes_symmetric.
+AVX512 static uint32_t codes_q4(const float *x, int64_t n, float s, uint8_t *codes, const hq8_cells4 *T,
+                                const float *nx, int64_t nn) {
+    const __m512 vs = _mm512_set1_ps(s);
+    const __m512i abs_mask = _mm512_set1_epi32((int)ABS_MASK);
+    cells16 C;
+    C.code_below = _mm512_add_epi32(_mm512_loadu_si512(T->below), _mm512_set1_epi32(T->center));
+    C.mid = _mm512_loadu_si512(T->mid);
+    C.lo = _mm512_set1_epi32((int)((uint32_t)T->lo << 16));
+    C.shift = _mm_cvtsi32_si128(16 + T->shift);
+    C.twice_center = _mm512_set1_epi32(2 * T->center);
+    __m512i m = _mm512_setzero_si512();
+    const int64_t both = (nn < n ? nn : n) & ~(int64_t)15;
+    int64_t i = 0;
+    for (; i < both; i += 16) {
+        m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_loadu_si512(nx + i), abs_mask));
+        _mm_storel_epi64((__m128i *)(codes + i / 2), pack16_4(codes16_q4(_mm512_loadu_ps(x + i), vs, &C)));
+    }
+    for (; i + 16 <= n; i += 16)
+        _mm_storel_epi64((__m128i *)(codes + i / 2), pack16_4(codes16_q4(_mm512_loadu_ps(x + i), vs, &C)));
+    for (; i < n; i++) put_nibble(codes, i, code_one_q4(x[i] / s, T->pmid, T->center));
+    return absmax_final(absmax_acc(m, nx, both, nn));
+}
+
 // Scales and 4-bit codes; `block` even (or one block), so every block starts on a byte.
-AVX512 void hq8_encode4(const float *x, int64_t n, int64_t block, uint32_t *scale_bits, uint8_t *codes,
-                        const int32_t *pmid, int center) {
-    __m512i pm[7];
-    for (int q = 0; q < 7; q++) pm[q] = _mm512_set1_epi32(pmid[q]);
-    const __m512i vc = _mm512_set1_epi32(center);
+void hq8_encode4(const float *x, int64_t n, int64_t block, uint32_t *scale_bits, uint8_t *codes,
+                 const hq8_cells4 *T) {
     int64_t nb = block > 0 ? (n + block - 1) / block : 0;
+    uint32_t next = nb ? absmax_bits(x, n < block ? n : block) : 0;
     for (int64_t b = 0; b < nb; b++) {
-        int64_t s = b * block, len = (s + block < n ? block : n - s), i = 0;
-        uint32_t sb = absmax_bits(x + s, len);
+        int64_t s = b * block, len = (s + block < n ? block : n - s);
+        int64_t ns = s + len, nlen = (ns + block < n ? block : n - ns);  // the next block (nlen <= 0: none)
+        if (nlen < 0) nlen = 0;
+        uint32_t sb = next;
         scale_bits[b] = sb;
         const float *xs = x + s;
         uint8_t *cs = codes + s / 2;
-        if (sb == 0 || sb > INF_BITS || sb == INF_BITS) {  // zeros or NaN: 0.0's code; +Inf: +-1 or 0
-            for (; i < len; i++) {
+        if (sb == 0 || sb >= INF_BITS) {  // zeros or NaN: 0.0's code; +Inf: +-1 or 0
+            for (int64_t i = 0; i < len; i++) {
                 float v = sb == INF_BITS ? (xs[i] == __builtin_inff() ? 1.0f : (xs[i] == -__builtin_inff() ? -1.0f : 0.0f)) : 0.0f;
-                put_nibble(cs, i, code_one_q4(v, pmid, center));
+                put_nibble(cs, i, code_one_q4(v, T->pmid, T->center));
             }
+            next = absmax_bits(x + ns, nlen);
             continue;
         }
         float sc;
         memcpy(&sc, &sb, 4);
-        const __m512 vs = _mm512_set1_ps(sc);
-        for (; i + 16 <= len; i += 16)
-            _mm_storel_epi64((__m128i *)(cs + i / 2), pack16_4(codes16_q4(_mm512_loadu_ps(xs + i), vs, pm, vc)));
-        for (; i < len; i++) put_nibble(cs, i, code_one_q4(xs[i] / sc, pmid, center));
+        next = codes_q4(xs, len, sc, cs, T, x + ns, nlen);
     }
 }
 

@@ -23,35 +23,40 @@ AVX2_8 = ["dynamic_tree", "linear", "mantissa"]  # static_tree has 8 segments: N
 CHUNK = 1 << 24
 
 
-def numba_codes(x: np.ndarray, name: str) -> np.ndarray:
+def numba_codes(x: np.ndarray, name: str, bits: int = 8) -> np.ndarray:
     """Codes of x (one block) from the Numba kernel, whatever the CPU backend would choose."""
-    t = codebooks.tables(name, 8)
-    out = np.empty(4 + x.size, np.uint8)
+    t = codebooks.tables(name, bits)
+    out = np.empty(4 + -(-x.size * bits // 8), np.uint8)
     SERIAL["encode_codebook"](x, x.size, x.size, out[:4].view(np.uint32), out[4:], t.lut, t.mids, t.values,
-                              t.positive_mid_bits, t.size, 8, t.zero_code, False, 0)
+                              t.positive_mid_bits, t.size, bits, t.zero_code, False, 0)
     return out[4:]
 
 
-def every_unit_float(name: str, encode8, T) -> None:
+def every_unit_float(name: str, encode, T, width: int = 8) -> None:
     """Both signs of every float32 of magnitude <= 1, in blocks whose scale is 1 (x / 1 is x),
-    encoded by `encode8` (native.encode8's signature) against the Numba search."""
+    encoded by `encode` (native.encode8's or encode4's signature) against the Numba search."""
     assert T is not None, f"{name} should fit the native kernel"
     top = int(np.float32(1).view(np.uint32))
     for sign in (0, 0x80000000):
         for lo in range(0, top + 1, CHUNK):
             bits = np.arange(lo, min(lo + CHUNK, top + 1), dtype=np.uint32) | np.uint32(sign)
             x = np.concatenate([np.ones(1, np.float32), bits.view(np.float32)])
-            got = np.empty(4 + x.size, np.uint8)
-            encode8(x, x.size, x.size, got[:4].view(np.uint32), got[4:], T, 1)
-            want = numba_codes(x, name)
+            got = np.empty(4 + -(-x.size * width // 8), np.uint8)
+            encode(x, x.size, x.size, got[:4].view(np.uint32), got[4:], T, 1)
+            want = numba_codes(x, name, width)
             bad = np.flatnonzero(got[4:] != want)
-            assert bad.size == 0, f"{name}: {bad.size} codes differ, first at {x[bad[0]]!r}"
+            assert bad.size == 0, f"{name}: {bad.size} code bytes differ, first at {x[bad[0] * 8 // width]!r}"
 
 
 @avx512
 @pytest.mark.parametrize("name", SIGNED8)
 def test_every_float_in_the_unit_interval(name):
     every_unit_float(name, native.encode8, native.symmetric_tables(name))
+
+
+@avx512
+def test_every_float_in_the_unit_interval_4bit():
+    every_unit_float("q4", native.encode4, native.cells4("q4"), width=4)
 
 
 @avx2
@@ -150,8 +155,7 @@ def test_threads_split_on_block_edges(threads, name):
         T = native.symmetric_tables(fmt.codebook)
         native.encode8(x, n, block, scale_bits, codes, T, threads)
     else:
-        T = codebooks.tables(fmt.codebook, 4)
-        native.encode4(x, n, block, scale_bits, codes, T.positive_mid_bits, T.zero_code, threads)
+        native.encode4(x, n, block, scale_bits, codes, native.cells4(fmt.codebook), threads)
         T = fmt.decode_table()
     assert np.array_equal(got, q.quantize(x, fmt, backend="reference"))
     out = np.empty(n, np.float32)

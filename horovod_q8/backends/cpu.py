@@ -25,10 +25,7 @@ def native_encoder(fmt: Format, n: int):
         return native.avx2_tables(fmt.codebook) if ok else None
     if fmt.bits == 8:
         return native.symmetric_tables(fmt.codebook)
-    t = tables(fmt.codebook, fmt.bits)
-    if fmt.bits == 4 and t.positive_mid_bits.size == 7 and _byte_blocks(fmt, n):
-        return t
-    return None
+    return native.cells4(fmt.codebook) if fmt.bits == 4 and _byte_blocks(fmt, n) else None
 
 
 def native_decoder(fmt: Format, n: int):
@@ -80,8 +77,7 @@ def encode(x: np.ndarray, fmt: Format, residual: Optional[np.ndarray] = None,
     if nt is not None and fmt.bits == 8:
         native.encode8(x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, nt, threads(n))
     elif nt is not None:
-        native.encode4(x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, nt.positive_mid_bits,
-                       nt.zero_code, threads(n))
+        native.encode4(x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, nt, threads(n))
     elif fmt.kind == CODEBOOK:
         t = tables(fmt.codebook, fmt.bits)
         seed = (fmt.seed if seed is None else seed) & 0xFFFFFFFF

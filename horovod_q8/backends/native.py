@@ -34,14 +34,22 @@ NAMES = {"avx512": "AVX-512", "avx2": "AVX2"}
 FLAGS = ("-O3", "-shared", "-fPIC", "-ffp-contract=off")  # no fused multiply-adds: exact products and sums
 INF_BITS = 0x7F800000
 EXP_LOW = 96  # the kernel's exponent table covers binades 2**(96-127) .. 2**0
+W_OFFSET = 256  # the 8-bit estimate counts from 256 + center: in [256, 512) a float's bits hold the code
 _I32, _F32 = ctypes.c_int32, ctypes.c_float
 
 
 class SymmetricTables(ctypes.Structure):
     """The kernel's `hq8_symmetric`: field for field, see kernels/codec_x86.c."""
 
-    _fields_ = [("pmid", _I32 * 128), ("d_exp", _I32 * 32), ("lo_next", _I32 * 16), ("bottom", _I32 * 16),
-                ("top", _I32 * 16), ("c1", _F32 * 16), ("c0", _F32 * 16), ("pos", _F32 * 128),
+    _fields_ = [("pmid", _I32 * 128), ("d_exp", _I32 * 32), ("lo_next", _I32 * 16), ("w_lo", _F32 * 16),
+                ("w_hi", _F32 * 16), ("c1", _F32 * 16), ("c0", _F32 * 16), ("pos", _F32 * 128),
+                ("center", _I32), ("clamp_low", _I32)]
+
+
+class Cells4(ctypes.Structure):
+    """The kernel's `hq8_cells4`: field for field, see kernels/codec_x86.c."""
+
+    _fields_ = [("below", _I32 * 16), ("mid", _I32 * 16), ("pmid", _I32 * 7), ("lo", _I32), ("shift", _I32),
                 ("center", _I32)]
 
 
@@ -102,7 +110,7 @@ def _load(isa: str) -> tuple[Optional[ctypes.CDLL], str]:
         if not lib.hq8_supported():
             return None, "the CPU has no AVX-512 (F, BW, VL)"
         signatures = {"hq8_encode8": [p, i64, i64, p, p, p], "hq8_decode8": [p, i64, i64, p, p, p, i32, f32],
-                      "hq8_encode4": [p, i64, i64, p, p, p, i32], "hq8_decode4": [p, i64, i64, p, p, p, i32, f32],
+                      "hq8_encode4": [p, i64, i64, p, p, p], "hq8_decode4": [p, i64, i64, p, p, p, i32, f32],
                       "hq8_threshold4": [p, i64, p, p, p, i32],
                       "hq8_sum": [i32, p, p, i32, i64, i64, p, p, i32, f32]}
     else:
@@ -189,7 +197,7 @@ def symmetric_tables(name: str) -> Optional[SymmetricTables]:
     """The AVX-512 kernel's tables for 8-bit codebook `name`, or None where it does not fit the
     kernel: 255 values symmetric about 0 (exactly), at most 15 evenly spaced segments of positive
     values, at most one starting per binade, none below 2**-31, and the estimate inside each
-    exactly center + j + 0.5 at the segment's j-th mid (see kernels/codec_x86.c)."""
+    exactly W_OFFSET + center + j + 1 at the segment's j-th mid (see kernels/codec_x86.c)."""
     sym = _symmetric(name)
     if sym is None:
         return None
@@ -204,17 +212,49 @@ def symmetric_tables(name: str) -> Optional[SymmetricTables]:
     T.lo_next[:] = np.concatenate([lows.view(np.int32), np.full(16 - len(segs), INF_BITS, np.int32)]).tolist()
     binades = (2.0 ** (np.arange(EXP_LOW, 128) - 127)).astype(np.float32)
     T.d_exp[:] = [int(np.count_nonzero(lows < e)) for e in binades]
-    T.bottom[0], T.top[0], T.c0[0] = c, c, -c
+    T.w_lo[0] = T.w_hi[0] = W_OFFSET + c + 0.5
+    T.c0[0] = -T.w_lo[0]
     for d, (j0, m) in enumerate(segs, start=1):
         base = c + j0 + 1
-        T.bottom[d], T.top[d], T.c0[d] = base, base + m - 1, -base
+        T.w_lo[d], T.w_hi[d] = W_OFFSET + base + 0.5, W_OFFSET + base + m - 1 + 0.5
+        T.c0[d] = -T.w_lo[d]
         if m > 1:
-            T.c1[d], T.c0[d], off = _estimate(pos, pm, j0, m, base)
+            T.c1[d], T.c0[d], off = _estimate(pos, pm, j0, m, W_OFFSET + base + 0.5)
             if off != 0:
                 return None
+            lowest = (pm[j0: j0 + 1].view(np.int32) + 1).view(np.float32)  # the segment's smallest a
+            T.clamp_low |= bool(lowest * np.float32(T.c1[d]) - np.float32(T.c0[d]) < T.w_lo[d] - 0.5)
     T.pos[:] = _positive_values(name)
     T.center = c
     return T
+
+
+A_TOP = 0x3F800001  # the largest a the kernels see: the bits of 1.0, plus one for a negative v
+
+
+@functools.lru_cache(maxsize=None)
+def cells4(name: str) -> Optional[Cells4]:
+    """The AVX-512 4-bit encoder's cells for 4-bit codebook `name`, or None where it does not
+    fit: 7 positive mids (symmetric about 0), each in its own cell h(a) = (a >> 16, less lo,
+    at least 0) >> shift of at most 16; the coarsest cells that separate them."""
+    t = tables(name, 4)
+    pm = t.positive_mid_bits.astype(np.int64)
+    if pm.size != 7:
+        return None
+    for shift in range(7, -1, -1):
+        lo = max(((A_TOP >> 16 >> shift) - 15) << shift, 0)
+        cells = np.maximum((pm >> 16) - lo, 0) >> shift
+        if len(set(cells.tolist())) < pm.size:
+            continue
+        T = Cells4()
+        T.below[:] = [int(np.count_nonzero(cells < h)) for h in range(16)]
+        mid = np.full(16, INF_BITS, np.int64)
+        mid[cells] = pm
+        T.mid[:] = mid.tolist()
+        T.pmid[:] = pm.tolist()
+        T.lo, T.shift, T.center = lo, shift, t.zero_code
+        return T
+    return None
 
 
 @functools.lru_cache(maxsize=None)
@@ -291,14 +331,14 @@ def encode8(x: np.ndarray, n: int, block: int, scale_bits: np.ndarray, codes: np
     _in_parts(n, block, threads, lambda a, b: fn(xp + 4 * a, b - a, block, sp + 4 * (a // block), cp + a, t))
 
 
-def encode4(x: np.ndarray, n: int, block: int, scale_bits: np.ndarray, codes: np.ndarray, positive_mids: np.ndarray,
-            center: int, threads: int) -> None:
-    """Scales and nearest 4-bit codes for a table symmetric about 0 with 7 positive mids (int32
-    bits); `block` even or n <= block, so that every block starts on a byte."""
+def encode4(x: np.ndarray, n: int, block: int, scale_bits: np.ndarray, codes: np.ndarray, T: Cells4,
+            threads: int) -> None:
+    """Scales and nearest 4-bit codes for a table symmetric about 0 with 7 positive mids (T:
+    `cells4`); `block` even or n <= block, so that every block starts on a byte."""
     lib = library()
-    xp, sp, cp, pp = x.ctypes.data, scale_bits.ctypes.data, codes.ctypes.data, positive_mids.ctypes.data
+    xp, sp, cp, t = x.ctypes.data, scale_bits.ctypes.data, codes.ctypes.data, ctypes.byref(T)
     _in_parts(n, block, threads, lambda a, b: lib.hq8_encode4(xp + 4 * a, b - a, block, sp + 4 * (a // block),
-                                                              cp + a // 2, pp, center))
+                                                              cp + a // 2, t))
 
 
 def threshold4(x: np.ndarray, n: int, residual: Optional[np.ndarray], codes: np.ndarray, levels: np.ndarray,
