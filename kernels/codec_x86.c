@@ -39,6 +39,11 @@ AVX512 static inline uint32_t absmax_final(__m512i m) {
     return b > INF_BITS ? NAN_BITS : b;  // any NaN gives the canonical NaN
 }
 
+// Elements of the block that starts at s: `block`, fewer for the last, 0 past the end.
+static inline int64_t block_len(int64_t s, int64_t block, int64_t n) {
+    return s >= n ? 0 : (s + block < n ? block : n - s);
+}
+
 AVX512 static uint32_t absmax_bits(const float *x, int64_t n) {
     return absmax_final(absmax_acc(_mm512_setzero_si512(), x, 0, n));
 }
@@ -168,9 +173,7 @@ void hq8_encode8(const float *x, int64_t n, int64_t block, uint32_t *scale_bits,
     int64_t nb = block > 0 ? (n + block - 1) / block : 0;
     uint32_t next = nb ? absmax_bits(x, n < block ? n : block) : 0;
     for (int64_t b = 0; b < nb; b++) {
-        int64_t s = b * block, len = (s + block < n ? block : n - s);
-        int64_t ns = s + len, nlen = (ns + block < n ? block : n - ns);  // the next block (nlen <= 0: none)
-        if (nlen < 0) nlen = 0;
+        int64_t s = b * block, len = block_len(s, block, n), ns = s + len, nlen = block_len(ns, block, n);
         uint32_t sb = next;
         scale_bits[b] = sb;
         if (sb == 0 || sb > INF_BITS) {
@@ -317,9 +320,7 @@ void hq8_encode4(const float *x, int64_t n, int64_t block, uint32_t *scale_bits,
     int64_t nb = block > 0 ? (n + block - 1) / block : 0;
     uint32_t next = nb ? absmax_bits(x, n < block ? n : block) : 0;
     for (int64_t b = 0; b < nb; b++) {
-        int64_t s = b * block, len = (s + block < n ? block : n - s);
-        int64_t ns = s + len, nlen = (ns + block < n ? block : n - ns);  // the next block (nlen <= 0: none)
-        if (nlen < 0) nlen = 0;
+        int64_t s = b * block, len = block_len(s, block, n), ns = s + len, nlen = block_len(ns, block, n);
         uint32_t sb = next;
         scale_bits[b] = sb;
         const float *xs = x + s;
