@@ -194,13 +194,15 @@ def test_pin_cores_with_too_few_cores_is_a_clear_error():
 
 
 @root_only
-def test_mca_settings_replace_the_tuned_collectives():
+def test_mca_settings_replace_the_defaults():
     """--mca NAME=VALUE reaches every rank as OpenMPI gives it (OMPI_MCA_NAME), given once: a
-    tuned default of the same name is replaced, not joined with a comma."""
-    show = 'echo "alltoallv=$OMPI_MCA_coll_tuned_alltoallv_algorithm allgatherv=$OMPI_MCA_coll_tuned_allgatherv_algorithm"'
+    default of the same name (a tuned collective's or a base setting's) is replaced, not given
+    twice, which OpenMPI refuses."""
+    show = ('echo "alltoallv=$OMPI_MCA_coll_tuned_alltoallv_algorithm allgatherv=$OMPI_MCA_coll_tuned_allgatherv_algorithm'
+            ' yield=$OMPI_MCA_mpi_yield_when_idle"')
     rc, out = cli("cluster", "--hosts", "2", "--bandwidth", "none", "--mca", "coll_tuned_alltoallv_algorithm=1",
-                  "--", "sh", "-c", show, timeout=120)
-    assert rc == 0 and out.count("alltoallv=1 allgatherv=3") == 2, out
+                  "--mca", "mpi_yield_when_idle=0", "--", "sh", "-c", show, timeout=120)
+    assert rc == 0 and out.count("alltoallv=1 allgatherv=3 yield=0") == 2, out
 
 
 def test_bad_mca_settings_are_refused():

@@ -72,24 +72,26 @@ def mpirun_command(cluster: Cluster, agent: str, command: Sequence[str], slots: 
                    mca: Optional[Dict[str, str]] = None) -> List[str]:
     """The full command line, `ip netns exec <host 0> mpirun ... command` (under `taskset`
     with host 0's cores when `cores` gives each host's; the agent pins the others). mca: MCA
-    parameters that replace the tuned collectives' values or add to them (mpirun would join
-    a parameter given twice with a comma, so each is given once)."""
+    parameters that replace any of the values set here or add to them (OpenMPI refuses a
+    parameter given twice, so each is given once)."""
     env = os.environ if env is None else env
     hosts = ",".join(f"{a}:{slots}" for a in cluster.addresses)
     forwarded = sorted(k for k in env if k in FORWARDED or k.startswith(FORWARDED_PREFIXES))
     pin = ["taskset", "-c", cores[0]] if cores else []
+    params = {
+        "plm_rsh_agent": agent,
+        # mpirun starts every daemon itself and talks to each directly
+        "plm_rsh_no_tree_spawn": "1", "routed": "direct",
+        # TCP only, and only on the emulated links: no shared memory between "hosts"
+        "pml": "ob1", "btl": "tcp,self",
+        # waiting ranks yield the CPU: the emulated hosts share this machine's cores
+        "mpi_yield_when_idle": "1",
+        "btl_tcp_if_include": cluster.subnet, "oob_tcp_if_include": cluster.subnet,
+        **(RING_ALLREDUCE if ring else {}), **(mca or {})}
     cmd = [*pin, "ip", "netns", "exec", cluster.namespace(0),
            "mpirun", "--allow-run-as-root", "-np", str(cluster.hosts * slots), "--host", hosts,
-           "--map-by", "slot", "--bind-to", "none",
-           "--mca", "plm_rsh_agent", agent,
-           # mpirun starts every daemon itself and talks to each directly
-           "--mca", "plm_rsh_no_tree_spawn", "1", "--mca", "routed", "direct",
-           # TCP only, and only on the emulated links: no shared memory between "hosts"
-           "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
-           # waiting ranks yield the CPU: the emulated hosts share this machine's cores
-           "--mca", "mpi_yield_when_idle", "1",
-           "--mca", "btl_tcp_if_include", cluster.subnet, "--mca", "oob_tcp_if_include", cluster.subnet]
-    for name, value in {**(RING_ALLREDUCE if ring else {}), **(mca or {})}.items():
+           "--map-by", "slot", "--bind-to", "none"]
+    for name, value in params.items():
         cmd += ["--mca", name, value]
     for k in forwarded:
         cmd += ["-x", k]
