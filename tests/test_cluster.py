@@ -200,9 +200,9 @@ def test_mca_settings_replace_the_defaults():
     twice, which OpenMPI refuses."""
     show = ('echo "alltoallv=$OMPI_MCA_coll_tuned_alltoallv_algorithm allgatherv=$OMPI_MCA_coll_tuned_allgatherv_algorithm'
             ' yield=$OMPI_MCA_mpi_yield_when_idle"')
-    rc, out = cli("cluster", "--hosts", "2", "--bandwidth", "none", "--mca", "coll_tuned_alltoallv_algorithm=1",
+    rc, out = cli("cluster", "--hosts", "2", "--bandwidth", "none", "--mca", "coll_tuned_alltoallv_algorithm=2",
                   "--mca", "mpi_yield_when_idle=0", "--", "sh", "-c", show, timeout=120)
-    assert rc == 0 and out.count("alltoallv=1 allgatherv=3 yield=0") == 2, out
+    assert rc == 0 and out.count("alltoallv=2 allgatherv=3 yield=0") == 2, out
 
 
 def test_bad_mca_settings_are_refused():

@@ -37,6 +37,15 @@ def test_every_template_renders_and_documents_its_placeholders(template):
         subprocess.run(["bash", "-n"], input=out, text=True, check=True)  # valid shell
 
 
+def test_the_mpirun_template_tunes_as_the_emulated_cluster_does():
+    """The collectives and TCP settings measured fastest (horovod_q8.cluster.mpirun) are the
+    template's too, so that a user's cluster starts from what was measured."""
+    from horovod_q8.cluster.mpirun import RING_ALLREDUCE, TCP_FLAGS
+    words = " ".join(render("mpirun_ompi4_ib.sh").replace("\\\n", " ").split())
+    for name, value in {**RING_ALLREDUCE, "btl_tcp_flags": TCP_FLAGS}.items():
+        assert f"-mca {name} {value} " in words, name
+
+
 def test_rendered_contents():
     assert "-mca pml ob1 -mca btl ^openib" in render("mpirun_ompi4_ib.sh")
     assert "-x NCCL_IB_HCA=mlx5_0" in render("mpirun_ompi4_ib.sh")

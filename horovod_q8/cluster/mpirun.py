@@ -19,9 +19,13 @@ from horovod_q8.cores import share, usable_cores
 # OpenMPI's tuned ring allreduce: its default choice took twice as long on these links. The
 # compressed schedule's collectives: a ring allgatherv (a Sendrecv ring moved 0.90 Gbit/s per
 # link where the default Allgather moved 0.53, docs/runs/cluster/collective_check_4x1gbit.log)
-# and a pairwise alltoallv (one exchange per step, as the ring).
+# and a basic linear alltoallv (every block in flight at once: 188 ms against the pairwise
+# one's 258 on 4 hosts, with TCP_FLAGS; docs/launch.md, "Collectives").
 RING_ALLREDUCE = {"coll_tuned_use_dynamic_rules": "1", "coll_tuned_allreduce_algorithm": "4",
-                  "coll_tuned_allgatherv_algorithm": "3", "coll_tuned_alltoallv_algorithm": "2"}
+                  "coll_tuned_allgatherv_algorithm": "3", "coll_tuned_alltoallv_algorithm": "1"}
+# The TCP BTL without its emulated RDMA put: with it, two ranks sending each other a large
+# message at once moved 0.48 Gbit/s each way instead of 0.9 (docs/launch.md, "Collectives").
+TCP_FLAGS = "send,inplace,need-ack,need-csum"
 FORWARDED_PREFIXES = ("HOROVOD_", "TF_", "OMP_", "NUMBA_", "PYTHON", "HQ8_")
 FORWARDED = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "HOME")
 
@@ -83,7 +87,7 @@ def mpirun_command(cluster: Cluster, agent: str, command: Sequence[str], slots: 
         # mpirun starts every daemon itself and talks to each directly
         "plm_rsh_no_tree_spawn": "1", "routed": "direct",
         # TCP only, and only on the emulated links: no shared memory between "hosts"
-        "pml": "ob1", "btl": "tcp,self",
+        "pml": "ob1", "btl": "tcp,self", "btl_tcp_flags": TCP_FLAGS,
         # waiting ranks yield the CPU: the emulated hosts share this machine's cores
         "mpi_yield_when_idle": "1",
         "btl_tcp_if_include": cluster.subnet, "oob_tcp_if_include": cluster.subnet,
