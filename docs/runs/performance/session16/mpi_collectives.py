@@ -4,10 +4,10 @@ algorithms chosen by MCA parameters run them, median of 7.
 
     horovod-q8 cluster --hosts 4 --bandwidth 1gbit [--mca NAME=VALUE] -- python mpi_collectives.py
 """
-import time
-
 import numpy as np
 from mpi4py import MPI
+
+from horovod_q8.bench.common import barrier_median
 
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
@@ -18,14 +18,7 @@ layout = [[m] * size, [m * i for i in range(size)]]
 
 
 def timed(f, reps: int = 7) -> float:
-    ts = []
-    for _ in range(reps):
-        comm.Barrier()
-        t = time.perf_counter()
-        f()
-        comm.Barrier()
-        ts.append(time.perf_counter() - t)
-    return sorted(ts)[len(ts) // 2]
+    return barrier_median(comm, f, reps)
 
 
 times = {

@@ -4,10 +4,10 @@ sequence, then every block in flight at once (what the basic linear alltoallv do
 
     horovod-q8 cluster --hosts 4 --bandwidth 1gbit [--mca NAME=VALUE] -- python tcp_steps.py
 """
-import time
-
 import numpy as np
 from mpi4py import MPI
+
+from horovod_q8.bench.common import barrier_median
 
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
@@ -29,14 +29,7 @@ def all_at_once() -> None:
 
 
 def timed(f, reps: int = 7) -> float:
-    ts = []
-    for _ in range(reps):
-        comm.Barrier()
-        t = time.perf_counter()
-        f()
-        comm.Barrier()
-        ts.append(time.perf_counter() - t)
-    return sorted(ts)[len(ts) // 2]
+    return barrier_median(comm, f, reps)
 
 
 def report(name: str, t: float, blocks: int) -> None:
