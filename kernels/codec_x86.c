@@ -84,7 +84,7 @@ AVX512 static inline __m512i lookup128(const __m512i t[8], __m512i idx) {
 }
 
 typedef struct {
-    __m512i pm[8], dx[2], lo_next, e_low, tie_base, twice_center;
+    __m512i pm[8], dx[2], next_at[2], e_low, tie_base, twice_center;  // next_at: lo_next[d_exp[e]] by e
     __m512 w_lo, w_hi, c1, c0;
 } search16;
 
@@ -97,9 +97,11 @@ AVX512 static inline __attribute__((always_inline)) __m128i codes16(__m512 xv, _
     __m512i a = _mm512_and_si512(b, abs_mask);
     a = _mm512_mask_add_epi32(a, neg, a, one);
     // the segment: from a's binary exponent (at most one segment starts in a binade), then one compare
+    // with the next segment's lowest mid, looked up by the exponent too: off the chain through d
     __m512i e = _mm512_srli_epi32(_mm512_subs_epu16(a, S->e_low), 23);  // exponent - 96, at least 0
     __m512i d = _mm512_permutex2var_epi32(S->dx[0], e, S->dx[1]);
-    d = _mm512_mask_add_epi32(d, _mm512_cmpgt_epi32_mask(a, _mm512_permutexvar_epi32(d, S->lo_next)), d, one);
+    d = _mm512_mask_add_epi32(d, _mm512_cmpgt_epi32_mask(a, _mm512_permutex2var_epi32(S->next_at[0], e, S->next_at[1])),
+                              d, one);
     __m512 w = _mm512_sub_ps(_mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_permutexvar_ps(d, S->c1)),
                              _mm512_permutexvar_ps(d, S->c0));
     if (clamp_low) w = _mm512_max_ps(w, _mm512_permutexvar_ps(d, S->w_lo));
@@ -123,7 +125,8 @@ AVX512 static inline __attribute__((always_inline)) uint32_t codes_symmetric_k(
     search16 S;
     for (int q = 0; q < 8; q++) S.pm[q] = _mm512_loadu_si512(T->pmid + 16 * q);
     for (int q = 0; q < 2; q++) S.dx[q] = _mm512_loadu_si512(T->d_exp + 16 * q);
-    S.lo_next = _mm512_loadu_si512(T->lo_next);
+    const __m512i lo_next = _mm512_loadu_si512(T->lo_next);
+    for (int q = 0; q < 2; q++) S.next_at[q] = _mm512_permutexvar_epi32(S.dx[q], lo_next);
     S.e_low = _mm512_set1_epi32(96 << 23);
     S.tie_base = _mm512_set1_epi32(W_BITS_15 + T->center + 1);
     S.twice_center = _mm512_set1_epi32(2 * T->center);

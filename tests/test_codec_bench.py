@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import numba
@@ -60,3 +61,19 @@ def test_a_baseline_calls_its_own_native_kernels():
     x = np.random.default_rng(3).standard_normal(3000).astype(np.float32)
     fmt = get("q8")
     assert np.array_equal(cpu_mod.encode(x, fmt), q.quantize(x, fmt, backend="reference"))
+
+
+@pytest.mark.skipif(not __import__("horovod_q8.backends.native", fromlist=["library"]).library(),
+                    reason="the AVX-512 kernels do not run on this CPU")
+def test_codec_ablation_applies_every_variant():
+    """scripts/codec_ablation.py builds every variant of the committed kernel (its text
+    substitutions still match) and the exact ones keep the committed kernel's codes."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "codec_ablation.py"
+    out = subprocess.run([sys.executable, str(script), "--elements", "5000", "--block", "1000", "--rounds", "2"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    rows = {line.split(" | ")[0].lstrip("| "): line.rstrip(" |").rsplit(" | ", 1)[1]
+            for line in out.stdout.splitlines() if line.startswith("| ") and not line.startswith("| variant")}
+    assert len(rows) == 7
+    assert rows["this tree's kernel"] == "True"
+    assert rows[next(k for k in rows if k.startswith("x / s without a division"))] == "True"

@@ -1,0 +1,128 @@
+"""Where the AVX-512 q8 encode's time goes: each row removes or replaces one step of
+codes16 in kernels/codec_x86.c (a text substitution of the committed source), builds it as
+the product builds it, and times hq8_encode8 on a tensor that stays in cache, so that the
+kernel's arithmetic, not memory, is what is measured. Most rows give wrong codes: they
+are for timing only, and the `same codes` column says which.
+
+    python scripts/codec_ablation.py [--elements 131072] [--rounds 2000]
+
+Rounds are interleaved over the variants and the minimum is kept; read differences below
+about 5% as noise on a shared machine.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from horovod_q8.backends import native  # noqa: E402
+
+SOURCE = REPO / "kernels" / "codec_x86.c"
+
+# codes16's first lines (q4's encode divides too): where its quotient is taken
+ABS_ONE = ("const __m512i abs_mask = _mm512_set1_epi32((int)ABS_MASK), one = _mm512_set1_epi32(1);\n"
+           "    __m512i b = ")
+
+# (label, [(text in codec_x86.c, its replacement)])
+VARIANTS: List[Tuple[str, List[Tuple[str, str]]]] = [
+    ("this tree's kernel", []),
+    ("x * (1/s) instead of x / s (not the spec's bytes)", [
+        (ABS_ONE + "_mm512_castps_si512(_mm512_div_ps(xv, vs));",
+         ABS_ONE + "_mm512_castps_si512(_mm512_mul_ps(xv, _mm512_div_ps(_mm512_set1_ps(1.0f), vs)));")]),
+    ("x / s without a division (Markstein: q = x * (1/s), an fma residual, an fma correction; exact for these scales)", [
+        (ABS_ONE + "_mm512_castps_si512(_mm512_div_ps(xv, vs));",
+         ABS_ONE + "_mm512_castps_si512(markstein(xv, vs));"),
+        ("// clamp_low: a constant where it is inlined",
+         "AVX512 static inline __m512 markstein(__m512 x, __m512 s) {\n"
+         "    const __m512 r = _mm512_div_ps(_mm512_set1_ps(1.0f), s);  // hoisted: s is the block's\n"
+         "    __m512 q = _mm512_mul_ps(x, r);\n"
+         "    return _mm512_fmadd_ps(_mm512_fnmadd_ps(q, s, x), r, q);\n}\n"
+         "// clamp_low: a constant where it is inlined"),
+        ('#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))',
+         '#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))')]),
+    ("no segment refinement (one lookup, one compare, one add; not the spec's bytes)", [
+        ("    d = _mm512_mask_add_epi32(d, _mm512_cmpgt_epi32_mask(a, _mm512_permutex2var_epi32(S->next_at[0], e, S->next_at[1])),\n"
+         "                              d, one);\n", "")]),
+    ("no clamps (w_lo, w_hi)", [
+        ("    if (clamp_low) w = _mm512_max_ps(w, _mm512_permutexvar_ps(d, S->w_lo));\n"
+         "    w = _mm512_min_ps(w, _mm512_permutexvar_ps(d, S->w_hi));\n", "")]),
+    ("no tie check", [("    if (tie) {", "    if (0) {")]),
+    ("no narrowing to bytes (vpmovdb)", [
+        ("return _mm512_cvtepi32_epi8(_mm512_mask_sub_epi32(code, neg, S->twice_center, code));",
+         "return _mm512_castsi512_si128(_mm512_mask_sub_epi32(code, neg, S->twice_center, code));")]),
+]
+
+
+def variant_source(edits: List[Tuple[str, str]]) -> str:
+    """The committed source with `edits` applied; each must match exactly once."""
+    s = SOURCE.read_text()
+    for old, new in edits:
+        if s.count(old) != 1:
+            raise SystemExit(f"codec_ablation: {old[:60]!r}... is not in {SOURCE} exactly once; update VARIANTS")
+        s = s.replace(old, new)
+    return s
+
+
+def build(source: str, folder: Path, k: int) -> ctypes.CDLL:
+    src, out = folder / f"v{k}.c", folder / f"v{k}.so"
+    src.write_text(source)
+    subprocess.run(["gcc", *native.FLAGS, "-o", str(out), str(src)], check=True, capture_output=True, text=True)
+    lib = ctypes.CDLL(str(out))
+    v, i64 = ctypes.c_void_p, ctypes.c_int64
+    lib.hq8_encode8.argtypes, lib.hq8_encode8.restype = [v, i64, i64, v, v, v], None
+    return lib
+
+
+def aligned(n: int, dtype) -> np.ndarray:
+    """n elements starting on a 64-byte boundary (no vector load or store splits a line)."""
+    size = n * np.dtype(dtype).itemsize
+    raw = np.empty(size + 64, np.uint8)
+    k = (-raw.ctypes.data) % 64
+    return raw[k:k + size].view(dtype)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--elements", type=int, default=1 << 17, help="float32 elements (default: 512 KB, in L2)")
+    p.add_argument("--block", type=int, default=1024)
+    p.add_argument("--rounds", type=int, default=2000)
+    args = p.parse_args()
+    if not native.library():
+        raise SystemExit("codec_ablation: the AVX-512 kernels do not run on this CPU")
+    n, block = args.elements, args.block
+    x = aligned(n, np.float32)
+    x[:] = np.random.default_rng(0).standard_normal(n)
+    T = native.symmetric_tables("dynamic_tree")
+    nb = -(-n // block)
+    with tempfile.TemporaryDirectory() as tmp:
+        libs = [build(variant_source(edits), Path(tmp), k) for k, (_, edits) in enumerate(VARIANTS)]
+        outs = [(np.empty(nb, np.uint32), aligned(n, np.uint8)) for _ in libs]
+        best: Dict[int, float] = {k: float("inf") for k in range(len(libs))}
+        for _ in range(args.rounds):
+            for k, lib in enumerate(libs):
+                sb, c = outs[k]
+                t = time.perf_counter()
+                lib.hq8_encode8(x.ctypes.data, n, block, sb.ctypes.data, c.ctypes.data, ctypes.byref(T))
+                best[k] = min(best[k], time.perf_counter() - t)
+    from horovod_q8.bench.common import machine
+    print(f"# q8 (dynamic tree) encode, {n} float32 in cache, blocks of {block}, min of {args.rounds} rounds; "
+          f"{machine()}\n")
+    print("| variant | us | ns/element | vs this tree | same codes |")
+    print("|---|---|---|---|---|")
+    for k, (label, _) in enumerate(VARIANTS):
+        same = all(np.array_equal(a, b) for a, b in zip(outs[k], outs[0]))
+        print(f"| {label} | {best[k] * 1e6:.1f} | {best[k] / n * 1e9:.3f} | {best[k] / best[0]:.2f} | {same} |")
+
+
+if __name__ == "__main__":
+    main()
