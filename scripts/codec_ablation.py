@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List, Tuple
@@ -26,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from horovod_q8.backends import native  # noqa: E402
+from horovod_q8.collective.transport import AlignedPool  # noqa: E402
 
 SOURCE = REPO / "kernels" / "codec_x86.c"
 
@@ -73,22 +72,11 @@ def variant_source(edits: List[Tuple[str, str]]) -> str:
     return s
 
 
-def build(source: str, folder: Path, k: int) -> ctypes.CDLL:
-    src, out = folder / f"v{k}.c", folder / f"v{k}.so"
-    src.write_text(source)
-    subprocess.run(["gcc", *native.FLAGS, "-o", str(out), str(src)], check=True, capture_output=True, text=True)
-    lib = ctypes.CDLL(str(out))
-    v, i64 = ctypes.c_void_p, ctypes.c_int64
-    lib.hq8_encode8.argtypes, lib.hq8_encode8.restype = [v, i64, i64, v, v, v], None
+def build(source: str, k: int) -> ctypes.CDLL:
+    """A variant built and declared as the product builds its kernels (cached beside them)."""
+    lib = ctypes.CDLL(str(native.build(f"codec_x86_ablation{k}.c", source, native._compiler())))
+    native.declare(lib, "avx512")
     return lib
-
-
-def aligned(n: int, dtype) -> np.ndarray:
-    """n elements starting on a 64-byte boundary (no vector load or store splits a line)."""
-    size = n * np.dtype(dtype).itemsize
-    raw = np.empty(size + 64, np.uint8)
-    k = (-raw.ctypes.data) % 64
-    return raw[k:k + size].view(dtype)
 
 
 def main() -> None:
@@ -100,20 +88,20 @@ def main() -> None:
     if not native.library():
         raise SystemExit("codec_ablation: the AVX-512 kernels do not run on this CPU")
     n, block = args.elements, args.block
+    aligned = AlignedPool(per_size=0)  # fresh 64-byte-aligned arrays: no vector load or store splits a line
     x = aligned(n, np.float32)
     x[:] = np.random.default_rng(0).standard_normal(n)
     T = native.symmetric_tables("dynamic_tree")
     nb = -(-n // block)
-    with tempfile.TemporaryDirectory() as tmp:
-        libs = [build(variant_source(edits), Path(tmp), k) for k, (_, edits) in enumerate(VARIANTS)]
-        outs = [(np.empty(nb, np.uint32), aligned(n, np.uint8)) for _ in libs]
-        best: Dict[int, float] = {k: float("inf") for k in range(len(libs))}
-        for _ in range(args.rounds):
-            for k, lib in enumerate(libs):
-                sb, c = outs[k]
-                t = time.perf_counter()
-                lib.hq8_encode8(x.ctypes.data, n, block, sb.ctypes.data, c.ctypes.data, ctypes.byref(T))
-                best[k] = min(best[k], time.perf_counter() - t)
+    libs = [build(variant_source(edits), k) for k, (_, edits) in enumerate(VARIANTS)]
+    outs = [(np.empty(nb, np.uint32), aligned(n, np.uint8)) for _ in libs]
+    best: Dict[int, float] = {k: float("inf") for k in range(len(libs))}
+    for _ in range(args.rounds):
+        for k, lib in enumerate(libs):
+            sb, c = outs[k]
+            t = time.perf_counter()
+            lib.hq8_encode8(x.ctypes.data, n, block, sb.ctypes.data, c.ctypes.data, ctypes.byref(T))
+            best[k] = min(best[k], time.perf_counter() - t)
     from horovod_q8.bench.common import machine
     print(f"# q8 (dynamic tree) encode, {n} float32 in cache, blocks of {block}, min of {args.rounds} rounds; "
           f"{machine()}\n")

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import horovod_q8 as q
+from horovod_q8.backends import native
 from horovod_q8.bench import codec as bench
 from horovod_q8.formats import get
 
@@ -52,7 +53,6 @@ def test_bench_codec_times_a_git_baseline_in_the_same_rounds(tmp_path):
 def test_a_baseline_calls_its_own_native_kernels():
     """The revision's cpu.py imports the revision's native.py, which builds the revision's
     kernels/ sources, not this tree's."""
-    from horovod_q8.backends import native
     _, cpu_mod, _ = bench.baseline_backend("HEAD")
     assert cpu_mod.native is not native and cpu_mod.native.__name__ == "hq8_baseline_native"
     committed = subprocess.run(["git", "show", "HEAD:kernels/codec_x86.c"], capture_output=True, text=True,
@@ -63,8 +63,7 @@ def test_a_baseline_calls_its_own_native_kernels():
     assert np.array_equal(cpu_mod.encode(x, fmt), q.quantize(x, fmt, backend="reference"))
 
 
-@pytest.mark.skipif(not __import__("horovod_q8.backends.native", fromlist=["library"]).library(),
-                    reason="the AVX-512 kernels do not run on this CPU")
+@pytest.mark.skipif(not native.library(), reason="the AVX-512 kernels do not run on this CPU")
 def test_codec_ablation_applies_every_variant():
     """scripts/codec_ablation.py builds every variant of the committed kernel (its text
     substitutions still match) and the exact ones keep the committed kernel's codes."""

@@ -105,22 +105,29 @@ def _load(isa: str) -> tuple[Optional[ctypes.CDLL], str]:
         return None, f"{cc} failed: {e.stderr[-300:]}"
     except OSError as e:
         return None, f"cannot build or load {name}: {e}"
-    p, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
-    if isa == "avx512":
-        if not lib.hq8_supported():
-            return None, "the CPU has no AVX-512 (F, BW, VL)"
-        signatures = {"hq8_encode8": [p, i64, i64, p, p, p], "hq8_decode8": [p, i64, i64, p, p, p, i32, f32],
-                      "hq8_encode4": [p, i64, i64, p, p, p], "hq8_decode4": [p, i64, i64, p, p, p, i32, f32],
-                      "hq8_threshold4": [p, i64, p, p, p, i32],
-                      "hq8_sum": [i32, p, p, i32, i64, i64, p, p, i32, f32]}
-    else:
-        if not lib.hq8_avx2_supported():
-            return None, "the CPU has no AVX2"
-        signatures = {"hq8_avx2_encode8": [p, i64, i64, p, p, p],
-                      "hq8_avx2_sum": [i32, p, p, i32, i64, i64, p, p, i32, f32]}
-    for fn, args in signatures.items():
-        getattr(lib, fn).argtypes, getattr(lib, fn).restype = args, None
+    if isa == "avx512" and not lib.hq8_supported():
+        return None, "the CPU has no AVX-512 (F, BW, VL)"
+    if isa == "avx2" and not lib.hq8_avx2_supported():
+        return None, "the CPU has no AVX2"
+    declare(lib, isa)
     return lib, f"{NAMES[isa]} kernels built with {cc} ({path})"
+
+
+_P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+SIGNATURES = {
+    "avx512": {"hq8_encode8": [_P, _I64, _I64, _P, _P, _P], "hq8_decode8": [_P, _I64, _I64, _P, _P, _P, _INT, _F32],
+               "hq8_encode4": [_P, _I64, _I64, _P, _P, _P], "hq8_decode4": [_P, _I64, _I64, _P, _P, _P, _INT, _F32],
+               "hq8_threshold4": [_P, _I64, _P, _P, _P, _INT],
+               "hq8_sum": [_INT, _P, _P, _INT, _I64, _I64, _P, _P, _INT, _F32]},
+    "avx2": {"hq8_avx2_encode8": [_P, _I64, _I64, _P, _P, _P],
+             "hq8_avx2_sum": [_INT, _P, _P, _INT, _I64, _I64, _P, _P, _INT, _F32]},
+}
+
+
+def declare(lib: ctypes.CDLL, isa: str) -> None:
+    """The argument types of every kernel of `isa` in lib (all return void)."""
+    for fn, args in SIGNATURES[isa].items():
+        getattr(lib, fn).argtypes, getattr(lib, fn).restype = args, None
 
 
 def library() -> Optional[ctypes.CDLL]:
