@@ -28,27 +28,31 @@ from horovod_q8.collective.transport import AlignedPool  # noqa: E402
 
 SOURCE = REPO / "kernels" / "codec_x86.c"
 
-# codes16's first lines (q4's encode divides too): where its quotient is taken
-ABS_ONE = ("const __m512i abs_mask = _mm512_set1_epi32((int)ABS_MASK), one = _mm512_set1_epi32(1);\n"
-           "    __m512i b = ")
+# quot16's first line, where every codebook encode takes its quotient
+QUOT = "    __m512i b = "
 
 # (label, [(text in codec_x86.c, its replacement)])
 VARIANTS: List[Tuple[str, List[Tuple[str, str]]]] = [
     ("this tree's kernel", []),
     ("x * (1/s) instead of x / s (not the spec's bytes)", [
-        (ABS_ONE + "_mm512_castps_si512(_mm512_div_ps(xv, vs));",
-         ABS_ONE + "_mm512_castps_si512(_mm512_mul_ps(xv, _mm512_div_ps(_mm512_set1_ps(1.0f), vs)));")]),
+        (QUOT + "_mm512_castps_si512(_mm512_div_ps(xv, vs));",
+         QUOT + "_mm512_castps_si512(_mm512_mul_ps(xv, _mm512_div_ps(_mm512_set1_ps(1.0f), vs)));")]),
     ("x / s without a division (Markstein: q = x * (1/s), an fma residual, an fma correction; exact for these scales)", [
-        (ABS_ONE + "_mm512_castps_si512(_mm512_div_ps(xv, vs));",
-         ABS_ONE + "_mm512_castps_si512(markstein(xv, vs));"),
-        ("// clamp_low: a constant where it is inlined",
+        (QUOT + "_mm512_castps_si512(_mm512_div_ps(xv, vs));",
+         QUOT + "_mm512_castps_si512(markstein(xv, vs));"),
+        ("// The first step of every codebook encode",
          "AVX512 static inline __m512 markstein(__m512 x, __m512 s) {\n"
          "    const __m512 r = _mm512_div_ps(_mm512_set1_ps(1.0f), s);  // hoisted: s is the block's\n"
          "    __m512 q = _mm512_mul_ps(x, r);\n"
          "    return _mm512_fmadd_ps(_mm512_fnmadd_ps(q, s, x), r, q);\n}\n"
-         "// clamp_low: a constant where it is inlined"),
+         "// The first step of every codebook encode"),
         ('#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))',
          '#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))')]),
+    ("quotients not taken ahead (each vector's division at the head of its own steps)", [
+        ("if (bits == 8) _mm_storeu_si128((__m128i *)(codes + i), codes16q(a0, n0, S, clamp_low));",
+         "if (bits == 8) _mm_storeu_si128((__m128i *)(codes + i), codes16(_mm512_loadu_ps(x + i), vs, S, clamp_low));")]),
+    ("no prefetch (shows from memory: --elements 25600000)", [
+        ("        _mm_prefetch((const char *)(nx + i + PREFETCH_AHEAD), _MM_HINT_T0);\n", "")]),
     ("no segment refinement (one lookup, one compare, one add; not the spec's bytes)", [
         ("    d = _mm512_mask_add_epi32(d, _mm512_cmpgt_epi32_mask(a, _mm512_permutex2var_epi32(S->next_at[0], e, S->next_at[1])),\n"
          "                              d, one);\n", "")]),

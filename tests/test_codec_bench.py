@@ -73,6 +73,7 @@ def test_codec_ablation_applies_every_variant():
     assert out.returncode == 0, out.stderr
     rows = {line.split(" | ")[0].lstrip("| "): line.rstrip(" |").rsplit(" | ", 1)[1]
             for line in out.stdout.splitlines() if line.startswith("| ") and not line.startswith("| variant")}
-    assert len(rows) == 7
+    assert len(rows) == 9
     assert rows["this tree's kernel"] == "True"
-    assert rows[next(k for k in rows if k.startswith("x / s without a division"))] == "True"
+    for exact in ("quotients not taken ahead", "no prefetch", "x / s without a division"):
+        assert rows[next(k for k in rows if k.startswith(exact))] == "True", exact

@@ -258,3 +258,28 @@ def test_sum_of_no_ranks_is_zero():
     fmt = get("q8")
     for be in ("reference", "cpu"):
         assert not backends.get(be).decode_sum([], fmt, 5, np.ones(5, np.float32), 0.5).any()
+
+
+@avx512
+@pytest.mark.parametrize("name", ["q8", "q4"])
+def test_large_decodes_stream_at_any_alignment(name):
+    """Decodes of at least 32 MB use streaming stores (kernels/codec_x86.c, STREAM_MIN_BYTES),
+    from each block's first 64-byte boundary, also where threads write parts of them: the
+    reference's values at every output alignment, a last block cut short, with and without a
+    factor."""
+    n = (32 << 20) // 4 + 1024 * 3 + 517
+    fmt = get(name)
+    x = edge_tensor(n, np.random.default_rng(11))
+    buf = q.quantize(x, fmt, backend="cpu")
+    want = q.dequantize(buf, fmt, n, backend="reference")
+    nb = fmt.n_blocks(n)
+    raw = np.empty(n + 64, np.float32)
+    base = (-raw.ctypes.data % 64) // 4
+    table = cpu.native_decoder(fmt, n)
+    for offset, scale, threads in [(0, 1.0, 1), (1, 1.0, 1), (2, 1 / 3, 2), (4, 1.0, 1), (13, 1.0, 2), (14, 0.5, 1)]:
+        out = raw[base + offset: base + offset + n]
+        out[:] = np.nan
+        native.decode(buf[4 * nb:], n, fmt.block_for(n), fmt.bits, buf[: 4 * nb].view(np.float32), table, out,
+                      False, threads, float(np.float32(scale)))
+        expect = want if scale == 1.0 else want * np.float32(scale)
+        assert np.array_equal(expect.view(np.uint32), out.view(np.uint32)), (offset, scale, threads)

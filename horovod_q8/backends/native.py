@@ -115,8 +115,8 @@ def _load(isa: str) -> tuple[Optional[ctypes.CDLL], str]:
 
 _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 SIGNATURES = {
-    "avx512": {"hq8_encode8": [_P, _I64, _I64, _P, _P, _P], "hq8_decode8": [_P, _I64, _I64, _P, _P, _P, _INT, _F32],
-               "hq8_encode4": [_P, _I64, _I64, _P, _P, _P], "hq8_decode4": [_P, _I64, _I64, _P, _P, _P, _INT, _F32],
+    "avx512": {"hq8_encode8": [_P, _I64, _I64, _P, _P, _P], "hq8_decode8": [_P, _I64, _I64, _P, _P, _P, _INT, _F32, _I64],
+               "hq8_encode4": [_P, _I64, _I64, _P, _P, _P], "hq8_decode4": [_P, _I64, _I64, _P, _P, _P, _INT, _F32, _I64],
                "hq8_threshold4": [_P, _I64, _P, _P, _P, _INT],
                "hq8_sum": [_INT, _P, _P, _INT, _I64, _I64, _P, _P, _INT, _F32]},
     "avx2": {"hq8_avx2_encode8": [_P, _I64, _I64, _P, _P, _P],
@@ -369,7 +369,7 @@ def decode(codes: np.ndarray, n: int, block: int, bits: int, scales: Optional[np
     sp = scales.ctypes.data if scales is not None else None
     _in_parts(n, block, threads, lambda a, b: fn(cp + a * bits // 8, b - a, block,
                                                  None if sp is None else sp + 4 * (a // block), t, op + 4 * a,
-                                                 int(accumulate), post))
+                                                 int(accumulate), post, n))
 
 
 def sum_ranks(codes: list, n: int, block: int, bits: int, scales: Optional[list], table, out: np.ndarray,
