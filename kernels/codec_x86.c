@@ -341,9 +341,12 @@ AVX512 void hq8_decode8(const uint8_t *codes, int64_t n, int64_t block, const fl
 
 // ---- 4-bit codes, two per byte, the first in the low nibble ----
 
-static void put_nibble(uint8_t *codes, int64_t j, int c) {
-    if (j & 1) codes[j >> 1] = (uint8_t)((codes[j >> 1] & 0x0F) | (c << 4));
-    else codes[j >> 1] = (uint8_t)c;  // the high nibble follows, or stays 0 past the end
+// Code j of `bits` (4 or 2) bits each, the first of a byte in its lowest bits.
+static void put_code(uint8_t *codes, int64_t j, int c, int bits) {
+    const int per = 8 / bits, shift = (int)(j % per) * bits;
+    uint8_t *p = codes + j / per;
+    // a byte's first code clears it: the later ones follow, or stay 0 past the end
+    *p = shift ? (uint8_t)((*p & ((1 << shift) - 1)) | (c << shift)) : (uint8_t)c;
 }
 
 static int code_one_q4(float v, const int32_t *pmid, int center) {
@@ -374,7 +377,7 @@ AVX512 static uint32_t codes_q4(const float *x, int64_t n, float s, uint8_t *cod
         __m512i a = quot16(_mm512_loadu_ps(x + i), vs, &neg);
         _mm_storel_epi64((__m128i *)(codes + i / 2), pack16_4(codes16_q4(a, neg, &C)));
     }
-    for (; i < n; i++) put_nibble(codes, i, code_one_q4(x[i] / s, T->pmid, T->center));
+    for (; i < n; i++) put_code(codes, i, code_one_q4(x[i] / s, T->pmid, T->center), 4);
     return absmax_final(absmax_acc(m, nx, both, nn));
 }
 
@@ -392,7 +395,7 @@ void hq8_encode4(const float *x, int64_t n, int64_t block, uint32_t *scale_bits,
         if (sb == 0 || sb >= INF_BITS) {  // zeros or NaN: 0.0's code; +Inf: +-1 or 0
             for (int64_t i = 0; i < len; i++) {
                 float v = sb == INF_BITS ? (xs[i] == __builtin_inff() ? 1.0f : (xs[i] == -__builtin_inff() ? -1.0f : 0.0f)) : 0.0f;
-                put_nibble(cs, i, code_one_q4(v, T->pmid, T->center));
+                put_code(cs, i, code_one_q4(v, T->pmid, T->center), 4);
             }
             next = absmax_bits(x + ns, nlen);
             continue;
@@ -403,60 +406,80 @@ void hq8_encode4(const float *x, int64_t n, int64_t block, uint32_t *scale_bits,
     }
 }
 
-// The values of the 4-bit codes of elements i .. i + 15 of `c` (i even), of which `left` exist:
-// only their bytes are read.
-AVX512 static inline __m512 values16_4(const uint8_t *c, int64_t i, int64_t left, __m512 t) {
-    const __m512i nib = _mm512_set1_epi64(0x0000000F0000000FLL);
-    const int64_t bytes = left >= 16 ? 8 : (left + 1) / 2;
-    __m512i w = _mm512_cvtepu8_epi64(_mm_maskz_loadu_epi8((__mmask16)((1u << bytes) - 1u), c + i / 2));
-    return _mm512_permutexvar_ps(_mm512_and_si512(_mm512_or_si512(w, _mm512_slli_epi64(w, 28)), nib), t);
+// The values of the `bits`-bit codes (4 or 2, a constant where it is inlined) of elements
+// i .. i + 15 of `c` (i a multiple of 8 / bits), of which `left` exist: only their bytes are read.
+AVX512 static inline __attribute__((always_inline)) __m512 values16_p(const int bits, const uint8_t *c, int64_t i,
+                                                                      int64_t left, __m512 t) {
+    const int per = 8 / bits;
+    const int64_t bytes = left >= 16 ? 16 / per : (left + per - 1) / per;
+    const uint8_t *p = c + i / per;
+    const __m128i raw = left < 16 ? _mm_maskz_loadu_epi8((__mmask16)((1u << bytes) - 1u), p)
+                        : bits == 4 ? _mm_loadl_epi64((const __m128i *)p) : _mm_loadu_si32(p);
+    if (bits == 4) {  // each 64-bit lane: byte k's low nibble at bit 0, its high one at bit 32
+        __m512i w = _mm512_cvtepu8_epi64(raw);
+        w = _mm512_and_si512(_mm512_or_si512(w, _mm512_slli_epi64(w, 28)), _mm512_set1_epi64(0x0000000F0000000FLL));
+        return _mm512_permutexvar_ps(w, t);
+    }
+    // 2 bits: lane k's code is bits 2k, 2k + 1 of the 4 bytes read as one little-endian word
+    const __m512i shifts = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    __m512i w = _mm512_srlv_epi32(_mm512_broadcastd_epi32(raw), shifts);
+    return _mm512_permutexvar_ps(_mm512_and_si512(w, _mm512_set1_epi32(3)), t);
 }
 
-// out = table[code] * scale (or out += it) of 4-bit codes, any 16-entry table; scales NULL
-// means scale 1; `block` even (or one block); post and span as in hq8_decode8.
-AVX512 void hq8_decode4(const uint8_t *codes, int64_t n, int64_t block, const float *scales,
-                        const float *table, float *out, int accumulate, float post, int64_t span) {
+// out = table[code] * scale (or out += it) of `bits`-bit codes (4 or 2), any 16-entry table;
+// scales NULL means scale 1; every block starts on a byte; post and span as in hq8_decode8.
+AVX512 static inline __attribute__((always_inline)) void decode_packed(
+        const int bits, const uint8_t *codes, int64_t n, int64_t block, const float *scales, const float *table,
+        float *out, int accumulate, float post, int64_t span) {
     const __m512 vp = _mm512_set1_ps(post);
-    const int scaled = post != 1.0f;
+    const int scaled = post != 1.0f, per = 8 / bits;
     const __m512 t = _mm512_loadu_ps(table);
-    const __m512i nib = _mm512_set1_epi64(0x0000000F0000000FLL);
-    const int stream = streams(out, span, accumulate, 8);  // 8: every block's lead is even, a whole byte
+    const int stream = streams(out, span, accumulate, 4 * per);  // every block's lead a whole byte's codes
     int64_t nb = block > 0 ? (n + block - 1) / block : 0;
     for (int64_t b = 0; b < nb; b++) {
         int64_t s = b * block, len = (s + block < n ? block : n - s);
-        const float sc = scales ? scales[b] : 1.0f;
-        const __m512 vs = _mm512_set1_ps(sc);
-        const uint8_t *c = codes + s / 2;
+        const __m512 vs = _mm512_set1_ps(scales ? scales[b] : 1.0f);
+        const uint8_t *c = codes + s / per;
         float *o = out + s;
         int64_t i = lead(o, len, stream);
         if (i) {
-            __m512 v = _mm512_mul_ps(values16_4(c, 0, i, t), vs);
+            __m512 v = _mm512_mul_ps(values16_p(bits, c, 0, i, t), vs);
             _mm512_mask_storeu_ps(o, tail_mask(i), scaled ? _mm512_mul_ps(v, vp) : v);
         }
         for (; i + 16 <= len; i += 16) {
-            __m512i w = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)(c + i / 2)));
-            __m512i k = _mm512_and_si512(_mm512_or_si512(w, _mm512_slli_epi64(w, 28)), nib);
-            __m512 v = _mm512_mul_ps(_mm512_permutexvar_ps(k, t), vs);
+            __m512 v = _mm512_mul_ps(values16_p(bits, c, i, 16, t), vs);
             if (scaled) v = _mm512_mul_ps(v, vp);
             if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(o + i), v);
             store16(o + i, v, stream);
         }
-        for (; i < len; i++) {
-            float v = table[(c[i >> 1] >> (4 * (i & 1))) & 15] * sc;
-            if (scaled) v = v * post;
-            o[i] = accumulate ? o[i] + v : v;
+        if (i < len) {
+            __mmask16 m = tail_mask(len - i);
+            __m512 v = _mm512_mul_ps(values16_p(bits, c, i, len - i, t), vs);
+            if (scaled) v = _mm512_mul_ps(v, vp);
+            if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + i), v);
+            _mm512_mask_storeu_ps(o + i, m, v);
         }
     }
     if (stream) _mm_sfence();
 }
 
+AVX512 void hq8_decode4(const uint8_t *codes, int64_t n, int64_t block, const float *scales,
+                        const float *table, float *out, int accumulate, float post, int64_t span) {
+    decode_packed(4, codes, n, block, scales, table, out, accumulate, post, span);
+}
+
+AVX512 void hq8_decode2(const uint8_t *codes, int64_t n, int64_t block, const float *scales,
+                        const float *table, float *out, int accumulate, float post, int64_t span) {
+    decode_packed(2, codes, n, block, scales, table, out, accumulate, post, span);
+}
+
 // ---- the sum of k ranks' codes in one pass ----
 
-// The values of 16 codes of either width: 8-bit ones at c + i (all 16 there, or `m` masks
-// them), 4-bit ones as values16_4 reads them.
+// The values of 16 codes of any width: 8-bit ones at c + i (all 16 there, or `m` masks
+// them), 4- and 2-bit ones as values16_p reads them.
 AVX512 static inline __m512 values16_any(const int bits, const uint8_t *c, int64_t i, int64_t left, __mmask16 m,
                                          const __m512i pv[8], __m512i center, __m512 t4) {
-    if (bits == 4) return values16_4(c, i, left, t4);
+    if (bits != 8) return values16_p(bits, c, i, left, t4);
     return values16(left >= 16 ? _mm_loadu_si128((const __m128i *)(c + i)) : _mm_maskz_loadu_epi8(m, c + i), pv, center);
 }
 
@@ -478,7 +501,7 @@ AVX512 static inline __attribute__((always_inline)) void sum_width(
     }
     int64_t nb = block > 0 ? (n + block - 1) / block : 0;
     for (int64_t b = 0; b < nb; b++) {
-        const int64_t s = b * block, len = (s + block < n ? block : n - s), cs = bits == 8 ? s : s / 2;
+        const int64_t s = b * block, len = (s + block < n ? block : n - s), cs = s / (8 / bits);
         float *o = out + s;
         const uint8_t *cr[k];  // this block's codes and scales by rank, read once: stores to out may alias them
         float sr[k];
@@ -506,28 +529,35 @@ AVX512 static inline __attribute__((always_inline)) void sum_width(
 }
 
 // out = (v_0 + ... + v_{k-1}) * post, v_r = value(codes[r]) * scales[r][block], added in rank
-// order (out = out + v_0 with accumulate, k = 1): the bits of hq8_decode8/4 and k - 1
-// accumulating ones, then a scaling pass. table: hq8_symmetric* (8-bit) or float[16] (4-bit,
-// `block` even or one block). scales NULL means 1.
+// order (out = out + v_0 with accumulate, k = 1): the bits of hq8_decode8/4/2 and k - 1
+// accumulating ones, then a scaling pass. table: hq8_symmetric* (8-bit) or float[16] (4- or
+// 2-bit, every block starting on a byte). scales NULL means 1.
 AVX512 void hq8_sum(int bits, const uint8_t *const *codes, const float *const *scales, int k, int64_t n,
                     int64_t block, const void *table, float *out, int accumulate, float post) {
     if (bits == 8) sum_width(8, codes, scales, k, n, block, table, out, accumulate, post);
-    else sum_width(4, codes, scales, k, n, block, table, out, accumulate, post);
+    else if (bits == 4) sum_width(4, codes, scales, k, n, block, table, out, accumulate, post);
+    else sum_width(2, codes, scales, k, n, block, table, out, accumulate, post);
 }
 
-// ---- 4-bit threshold codes (MXNet-style sign + level index), with or without a residual ----
+// ---- threshold codes (sign + level index, as MXNet's 2-bit ones), with or without a residual ----
 
-// k = count(levels <= |g|), code = k, or k + half when g < 0 < k, half for a non-finite g; the
-// residual keeps g - the value sent (0 for a non-finite g). levels: 7, padded with +Inf.
-AVX512 static inline __m512i threshold16(__m512 g, const __m512 lv[7], __m512i half, __m512 *rs) {
+// 16 codes (int32 lanes, 0..3) -> 4 bytes, four to a byte, the first in the lowest bits.
+AVX512 static inline __m128i pack16_2(__m512i c) {
+    __m128i b = _mm512_cvtepi32_epi8(c);                                    // 16 bytes: c0 .. c15
+    __m128i pairs = _mm_maddubs_epi16(b, _mm_set1_epi16(0x0401));            // c0 + 4 c1, ...
+    return _mm_cvtepi32_epi8(_mm_madd_epi16(pairs, _mm_set1_epi32(0x00100001)));  // + 16 (c2 + 4 c3)
+}
+
+// k = count(levels <= |g|) over the first nlev levels (a constant where it is inlined), code = k,
+// or k + half when g < 0 < k, half for a non-finite g; the residual keeps g - the value sent
+// (0 for a non-finite g). vals: 0, then the levels (the value of count k is vals[k]).
+AVX512 static inline __attribute__((always_inline)) __m512i threshold16(__m512 g, const __m512 lv[7], const int nlev,
+                                                                        __m512 vals, __m512i half, __m512 *rs) {
     __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(g), _mm512_set1_epi32((int)ABS_MASK)));
-    __m512 val = _mm512_setzero_ps();
     __m512i k = _mm512_setzero_si512();
-    for (int q = 0; q < 7; q++) {
-        __mmask16 hit = _mm512_cmp_ps_mask(lv[q], a, _CMP_LE_OQ);
-        val = _mm512_mask_mov_ps(val, hit, lv[q]);
-        k = _mm512_mask_mov_epi32(k, hit, _mm512_set1_epi32(q + 1));
-    }
+    for (int q = 0; q < nlev; q++)
+        k = _mm512_mask_add_epi32(k, _mm512_cmp_ps_mask(lv[q], a, _CMP_LE_OQ), k, _mm512_set1_epi32(1));
+    __m512 val = _mm512_permutexvar_ps(k, vals);  // levels increase: the largest level <= |g|
     __mmask16 neg = _mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_LT_OQ);
     __mmask16 finite = _mm512_cmp_ps_mask(a, _mm512_set1_ps(__builtin_inff()), _CMP_LT_OQ);
     __m512i code = _mm512_mask_add_epi32(k, neg & _mm512_test_epi32_mask(k, k), k, half);
@@ -538,10 +568,10 @@ AVX512 static inline __m512i threshold16(__m512 g, const __m512 lv[7], __m512i h
     return code;
 }
 
-static int threshold_one(float g, const float *levels, int half, float *rs) {
+static int threshold_one(float g, const float *levels, int nlev, int half, float *rs) {
     float a = __builtin_fabsf(g), val = 0.0f;
     int k = 0;
-    for (int q = 0; q < 7; q++)
+    for (int q = 0; q < nlev; q++)
         if (levels[q] <= a) { val = levels[q]; k = q + 1; }
     int neg = g < 0.0f, finite = a < __builtin_inff();
     *rs = finite ? g - (neg ? -val : val) : 0.0f;
@@ -549,24 +579,37 @@ static int threshold_one(float g, const float *levels, int half, float *rs) {
     return neg && k ? k + half : k;
 }
 
-// codes of g = x (+ residual, updated in place when residual is not NULL), two per byte.
-AVX512 void hq8_threshold4(const float *x, int64_t n, float *residual, uint8_t *codes, const float *levels,
-                           int half) {
+AVX512 static inline __attribute__((always_inline)) void threshold_k(
+        const int bits, const float *x, int64_t n, float *residual, uint8_t *codes, const float *levels) {
+    const int nlev = (1 << (bits - 1)) - 1, half = 1 << (bits - 1), per = 8 / bits;
     __m512 lv[7];
-    for (int q = 0; q < 7; q++) lv[q] = _mm512_set1_ps(levels[q]);
+    for (int q = 0; q < nlev; q++) lv[q] = _mm512_set1_ps(levels[q]);
+    float v[16] = {0.0f};
+    for (int q = 0; q < nlev; q++) v[q + 1] = levels[q];
+    const __m512 vals = _mm512_loadu_ps(v);
     const __m512i vh = _mm512_set1_epi32(half);
     int64_t i = 0;
     __m512 rs;
     for (; i + 16 <= n; i += 16) {
+        _mm_prefetch((const char *)(x + i + PREFETCH_AHEAD), _MM_HINT_T0);
+        if (residual) _mm_prefetch((const char *)(residual + i + PREFETCH_AHEAD), _MM_HINT_T0);
         __m512 g = _mm512_loadu_ps(x + i);
         if (residual) g = _mm512_add_ps(g, _mm512_loadu_ps(residual + i));
-        __m512i c = threshold16(g, lv, vh, &rs);
+        __m512i c = threshold16(g, lv, nlev, vals, vh, &rs);
         if (residual) _mm512_storeu_ps(residual + i, rs);
-        _mm_storel_epi64((__m128i *)(codes + i / 2), pack16_4(c));
+        if (bits == 4) _mm_storel_epi64((__m128i *)(codes + i / per), pack16_4(c));
+        else _mm_storeu_si32(codes + i / per, pack16_2(c));
     }
     for (; i < n; i++) {
         float r, g = residual ? x[i] + residual[i] : x[i];
-        put_nibble(codes, i, threshold_one(g, levels, half, &r));
+        put_code(codes, i, threshold_one(g, levels, nlev, half, &r), bits);
         if (residual) residual[i] = r;
     }
+}
+
+// `bits`-bit threshold codes (4: 7 levels, 2: one) of g = x (+ residual, updated in place when
+// residual is not NULL), 8 / bits to a byte. levels: increasing, padded with +Inf to 7.
+AVX512 void hq8_threshold(const float *x, int64_t n, float *residual, uint8_t *codes, const float *levels, int bits) {
+    if (bits == 4) threshold_k(4, x, n, residual, codes, levels);
+    else threshold_k(2, x, n, residual, codes, levels);
 }

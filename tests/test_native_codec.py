@@ -73,7 +73,7 @@ def test_what_the_native_kernels_take():
     assert cpu.native_encoder(get("q8", rounding="stochastic"), n) is None
     assert cpu.native_encoder(get("q4_threshold").for_shape((n,)), n) is None
     assert cpu.native_decoder(get("q4_threshold").for_shape((n,)), n) is not None
-    assert cpu.native_decoder(get("twobit").for_shape((n,)), n) is None
+    assert cpu.native_decoder(get("twobit").for_shape((n,)), n) is not None
 
 
 def edge_tensor(n: int, rng) -> np.ndarray:
@@ -168,14 +168,19 @@ def test_threads_split_on_block_edges(threads, name):
     assert np.array_equal(twice.view(np.uint32), ((want + want) * np.float32(0.5)).view(np.uint32))
 
 
-@pytest.mark.parametrize("n", [1, 2, 7, 1024, 4099])
-def test_threshold_codes_decode_natively(n):
-    """4-bit threshold codes (no scales; a NaN code for a non-finite input) decode as the reference's."""
-    fmt = get("q4_threshold").for_shape((n,))
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 7, 1024, 4099])
+@pytest.mark.parametrize("name", ["q4_threshold", "twobit"])
+def test_threshold_codes_decode_natively(n, name):
+    """4- and 2-bit threshold codes (no scales; a NaN code for a non-finite input) decode as the
+    reference's, also added into a buffer."""
+    fmt = get(name).for_shape((n,))
     x = edge_tensor(n, np.random.default_rng(n)) * np.float32(1e-3)
     buf = q.quantize(x, fmt, residual=np.zeros(n, np.float32), backend="reference")
     want = q.dequantize(buf, fmt, n, backend="reference")
     assert np.array_equal(want.view(np.uint32), q.dequantize(buf, fmt, n, backend="cpu").view(np.uint32))
+    acc = np.full(n, 0.25, np.float32)
+    q.dequantize(buf, fmt, n, out=acc, accumulate=True, backend="cpu")
+    assert np.array_equal((np.float32(0.25) + want).view(np.uint32), acc.view(np.uint32))
 
 
 def test_switched_off_by_environment():
@@ -186,11 +191,12 @@ def test_switched_off_by_environment():
 
 
 @avx512
-@pytest.mark.parametrize("n", [1, 2, 15, 17, 4099, 300_001])
+@pytest.mark.parametrize("n", [1, 2, 3, 15, 17, 18, 19, 4099, 300_001])
 @pytest.mark.parametrize("with_residual", [True, False])
-def test_threshold_codes_and_residual_match_the_reference(n, with_residual):
+@pytest.mark.parametrize("name", ["q4_threshold", "twobit"])
+def test_threshold_codes_and_residual_match_the_reference(n, with_residual, name):
     """g = x + residual at and around every level, both signs, +-0, NaN and +-Inf."""
-    fmt = get("q4_threshold").for_shape((n,))
+    fmt = get(name).for_shape((n,))
     lv = np.asarray(fmt.levels, np.float32)
     special = np.concatenate([lv, np.nextafter(lv, np.float32(0)), np.nextafter(lv, np.float32(np.inf)),
                               [0.0, -0.0, np.nan, np.inf, -np.inf]]).astype(np.float32)
@@ -208,14 +214,15 @@ def test_threshold_codes_and_residual_match_the_reference(n, with_residual):
 
 
 @avx512
-def test_threshold_threads_split_on_bytes():
+@pytest.mark.parametrize("name", ["q4_threshold", "twobit"])
+def test_threshold_threads_split_on_bytes(name):
     n = PARALLEL_MIN * 2 + 777
-    fmt = get("q4_threshold").for_shape((n,))
+    fmt = get(name).for_shape((n,))
     x = edge_tensor(n, np.random.default_rng(5)) * np.float32(1e-3)
     r_ref, r_nat = np.zeros(n, np.float32), np.zeros(n, np.float32)
     want = q.quantize(x, fmt, residual=r_ref, backend="reference")
     got = np.zeros_like(want)
-    native.threshold4(x, n, r_nat, got[4 * fmt.n_blocks(n):], cpu.padded_levels(tuple(fmt.levels)), 3)
+    native.threshold(x, n, r_nat, got[4 * fmt.n_blocks(n):], cpu.padded_levels(tuple(fmt.levels)), fmt.bits, 3)
     assert np.array_equal(want, got) and np.array_equal(r_ref.view(np.uint32), r_nat.view(np.uint32))
 
 
@@ -241,7 +248,7 @@ def test_decode_times_a_factor_in_the_same_pass(name, scale):
 @pytest.mark.parametrize("name", ["q8", "q4", "q4_threshold", "twobit"])
 def test_sum_of_ranks_in_one_pass(n, k, name):
     """decode_sum: the bits of a decode, k - 1 accumulating decodes and a scaling pass, for
-    every kind of decode (native 8- and 4-bit, with and without scales; Numba for 2 bits)."""
+    every kind of decode (native 8-, 4- and 2-bit with AVX-512, with and without scales)."""
     fmt = get(name).for_shape((n,))
     rng = np.random.default_rng(n + 31 * k)
     bufs = [q.quantize(edge_tensor(n, rng) * np.float32(r + 1), fmt, backend="reference",
@@ -261,25 +268,27 @@ def test_sum_of_no_ranks_is_zero():
 
 
 @avx512
-@pytest.mark.parametrize("name", ["q8", "q4"])
+@pytest.mark.parametrize("name", ["q8", "q4", "q4_threshold", "twobit"])
 def test_large_decodes_stream_at_any_alignment(name):
     """Decodes of at least 32 MB use streaming stores (kernels/codec_x86.c, STREAM_MIN_BYTES),
     from each block's first 64-byte boundary, also where threads write parts of them: the
     reference's values at every output alignment, a last block cut short, with and without a
     factor."""
     n = (32 << 20) // 4 + 1024 * 3 + 517
-    fmt = get(name)
-    x = edge_tensor(n, np.random.default_rng(11))
+    fmt = get(name).for_shape((n,))
+    x = edge_tensor(n, np.random.default_rng(11)) * np.float32(1e-3 if fmt.uses_residual else 1)
     buf = q.quantize(x, fmt, backend="cpu")
     want = q.dequantize(buf, fmt, n, backend="reference")
     nb = fmt.n_blocks(n)
     raw = np.empty(n + 64, np.float32)
     base = (-raw.ctypes.data % 64) // 4
     table = cpu.native_decoder(fmt, n)
-    for offset, scale, threads in [(0, 1.0, 1), (1, 1.0, 1), (2, 1 / 3, 2), (4, 1.0, 1), (13, 1.0, 2), (14, 0.5, 1)]:
+    for offset, scale, threads in [(0, 1.0, 1), (1, 1.0, 1), (2, 1 / 3, 2), (4, 1.0, 1), (8, 1.0, 1), (13, 1.0, 2),
+                                   (14, 0.5, 1)]:
         out = raw[base + offset: base + offset + n]
         out[:] = np.nan
-        native.decode(buf[4 * nb:], n, fmt.block_for(n), fmt.bits, buf[: 4 * nb].view(np.float32), table, out,
-                      False, threads, float(np.float32(scale)))
+        scales = buf[: 4 * nb].view(np.float32) if fmt.has_scales else None
+        native.decode(buf[4 * nb:], n, fmt.block_for(n), fmt.bits, scales, table, out, False, threads,
+                      float(np.float32(scale)))
         expect = want if scale == 1.0 else want * np.float32(scale)
         assert np.array_equal(expect.view(np.uint32), out.view(np.uint32)), (offset, scale, threads)

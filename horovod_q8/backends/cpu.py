@@ -34,7 +34,11 @@ def native_decoder(fmt: Format, n: int):
         return None
     if fmt.bits == 8 and fmt.kind == CODEBOOK:
         return native.symmetric_tables(fmt.codebook)
-    return fmt.decode_table() if fmt.bits == 4 else None
+    if fmt.bits not in (2, 4):
+        return None
+    table = np.zeros(16, np.float32)  # the kernel reads 16 entries
+    table[: 2 ** fmt.bits] = fmt.decode_table()
+    return table
 
 
 def avx2_decodes(fmt: Format, n: int) -> bool:
@@ -84,9 +88,9 @@ def encode(x: np.ndarray, fmt: Format, residual: Optional[np.ndarray] = None,
         K.kernel("encode_codebook", n)(
             x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, t.lut, t.mids, t.values,
             t.positive_mid_bits, t.size, fmt.bits, t.zero_code, fmt.rounding == "stochastic", seed)
-    elif fmt.bits == 4 and native.library() is not None and x.flags.c_contiguous and \
+    elif fmt.bits in (2, 4) and native.library() is not None and x.flags.c_contiguous and \
             (residual is None or residual.flags.c_contiguous):
-        native.threshold4(x, n, residual, codes, padded_levels(tuple(fmt.levels)), threads(n))
+        native.threshold(x, n, residual, codes, padded_levels(tuple(fmt.levels)), fmt.bits, threads(n))
     else:
         use = residual is not None
         r = residual if use else np.empty(0, np.float32)

@@ -117,7 +117,8 @@ _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 SIGNATURES = {
     "avx512": {"hq8_encode8": [_P, _I64, _I64, _P, _P, _P], "hq8_decode8": [_P, _I64, _I64, _P, _P, _P, _INT, _F32, _I64],
                "hq8_encode4": [_P, _I64, _I64, _P, _P, _P], "hq8_decode4": [_P, _I64, _I64, _P, _P, _P, _INT, _F32, _I64],
-               "hq8_threshold4": [_P, _I64, _P, _P, _P, _INT],
+               "hq8_decode2": [_P, _I64, _I64, _P, _P, _P, _INT, _F32, _I64],
+               "hq8_threshold": [_P, _I64, _P, _P, _P, _INT],
                "hq8_sum": [_INT, _P, _P, _INT, _I64, _I64, _P, _P, _INT, _F32]},
     "avx2": {"hq8_avx2_encode8": [_P, _I64, _I64, _P, _P, _P],
              "hq8_avx2_sum": [_INT, _P, _P, _INT, _I64, _I64, _P, _P, _INT, _F32]},
@@ -348,23 +349,24 @@ def encode4(x: np.ndarray, n: int, block: int, scale_bits: np.ndarray, codes: np
                                                               cp + a // 2, t))
 
 
-def threshold4(x: np.ndarray, n: int, residual: Optional[np.ndarray], codes: np.ndarray, levels: np.ndarray,
-               threads: int) -> None:
-    """4-bit threshold codes of g = x (+ residual, which keeps what was not sent); levels:
-    float32[7], padded with +inf."""
+def threshold(x: np.ndarray, n: int, residual: Optional[np.ndarray], codes: np.ndarray, levels: np.ndarray,
+              bits: int, threads: int) -> None:
+    """`bits`-bit (4 or 2) threshold codes of g = x (+ residual, which keeps what was not sent);
+    levels: float32[7], padded with +inf."""
     lib = library()
     xp, cp, lp = x.ctypes.data, codes.ctypes.data, levels.ctypes.data
     rp = residual.ctypes.data if residual is not None else None
-    _in_parts(n, 1 << 14, threads, lambda a, b: lib.hq8_threshold4(
-        xp + 4 * a, b - a, None if rp is None else rp + 4 * a, cp + a // 2, lp, 8))
+    _in_parts(n, 1 << 14, threads, lambda a, b: lib.hq8_threshold(
+        xp + 4 * a, b - a, None if rp is None else rp + 4 * a, cp + a * bits // 8, lp, bits))
 
 
 def decode(codes: np.ndarray, n: int, block: int, bits: int, scales: Optional[np.ndarray], table,
            out: np.ndarray, accumulate: bool, threads: int, post: float = 1.0) -> None:
-    """out = value * scale (or out += it) of 8-bit codes (table: SymmetricTables) or 4-bit ones
-    (table: float32[16]); scales None means 1; post: a further float32 factor (not with accumulate)."""
+    """out = value * scale (or out += it) of 8-bit codes (table: SymmetricTables) or 4- or 2-bit
+    ones (table: float32[16]); scales None means 1; post: a further float32 factor (not with accumulate)."""
     lib = library()
-    fn, t = (lib.hq8_decode8, ctypes.byref(table)) if bits == 8 else (lib.hq8_decode4, table.ctypes.data)
+    fn, t = (lib.hq8_decode8, ctypes.byref(table)) if bits == 8 else \
+        (lib.hq8_decode4 if bits == 4 else lib.hq8_decode2, table.ctypes.data)
     cp, op = codes.ctypes.data, out.ctypes.data
     sp = scales.ctypes.data if scales is not None else None
     _in_parts(n, block, threads, lambda a, b: fn(cp + a * bits // 8, b - a, block,
@@ -377,7 +379,7 @@ def sum_ranks(codes: list, n: int, block: int, bits: int, scales: Optional[list]
     """out = (v_0 + ... + v_{k-1}) * post, v_r = value of part r's code * its block's scale,
     added in part order in one pass: the bits of a decode, k - 1 accumulating decodes and a
     scaling pass. One part with accumulate: out += v_0. scales None means 1 for every part.
-    isa "avx512": table is the AVX-512 decode's (SymmetricTables, or float32[16] for 4 bits);
+    isa "avx512": table is the AVX-512 decode's (SymmetricTables, or float32[16] for 4 or 2 bits);
     "avx2": decode_values's array."""
     k = len(codes)
     if accumulate and k != 1:
