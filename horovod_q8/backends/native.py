@@ -3,8 +3,8 @@ with the system C compiler on first use, cached, called through ctypes by `backe
 the same bytes as the reference.
 
 AVX-512 (when the CPU has it): nearest-rounded 8-bit codebooks (q8 and the three other 8-bit
-tables), nearest-rounded q4, 4-bit threshold codes (with or without a residual), and decoding
-any 8-bit codebook or 4-bit format. AVX2 (where AVX-512 is missing): nearest-rounded 8-bit
+tables), nearest-rounded q4, 4- and 2-bit threshold codes (with or without a residual), and
+decoding any 8-bit codebook or 4- or 2-bit format. AVX2 (where AVX-512 is missing): nearest-rounded 8-bit
 codebooks of at most 7 segments (q8, linear, mantissa), decoding any 8- or 4-bit format, and
 the sum of every rank's codes in one pass. Everything else, or HOROVOD_Q8_NATIVE=0, keeps the
 Numba kernels. Each table is checked where it is built (`symmetric_tables`, `avx2_tables`) to
