@@ -406,6 +406,13 @@ void hq8_encode4(const float *x, int64_t n, int64_t block, uint32_t *scale_bits,
     }
 }
 
+// 4 bytes at p into the low lane (GCC before 11 has no _mm_loadu_si32).
+AVX512 static inline __m128i load4(const uint8_t *p) {
+    int32_t w;
+    memcpy(&w, p, 4);
+    return _mm_cvtsi32_si128(w);
+}
+
 // The values of the `bits`-bit codes (4 or 2, a constant where it is inlined) of elements
 // i .. i + 15 of `c` (i a multiple of 8 / bits), of which `left` exist: only their bytes are read.
 AVX512 static inline __attribute__((always_inline)) __m512 values16_p(const int bits, const uint8_t *c, int64_t i,
@@ -414,7 +421,7 @@ AVX512 static inline __attribute__((always_inline)) __m512 values16_p(const int 
     const int64_t bytes = left >= 16 ? 16 / per : (left + per - 1) / per;
     const uint8_t *p = c + i / per;
     const __m128i raw = left < 16 ? _mm_maskz_loadu_epi8((__mmask16)((1u << bytes) - 1u), p)
-                        : bits == 4 ? _mm_loadl_epi64((const __m128i *)p) : _mm_loadu_si32(p);
+                        : bits == 4 ? _mm_loadl_epi64((const __m128i *)p) : load4(p);
     if (bits == 4) {  // each 64-bit lane: byte k's low nibble at bit 0, its high one at bit 32
         __m512i w = _mm512_cvtepu8_epi64(raw);
         w = _mm512_and_si512(_mm512_or_si512(w, _mm512_slli_epi64(w, 28)), _mm512_set1_epi64(0x0000000F0000000FLL));
@@ -598,7 +605,10 @@ AVX512 static inline __attribute__((always_inline)) void threshold_k(
         __m512i c = threshold16(g, lv, nlev, vals, vh, &rs);
         if (residual) _mm512_storeu_ps(residual + i, rs);
         if (bits == 4) _mm_storel_epi64((__m128i *)(codes + i / per), pack16_4(c));
-        else _mm_storeu_si32(codes + i / per, pack16_2(c));
+        else {
+            int32_t w = _mm_cvtsi128_si32(pack16_2(c));
+            memcpy(codes + i / per, &w, 4);
+        }
     }
     for (; i < n; i++) {
         float r, g = residual ? x[i] + residual[i] : x[i];
