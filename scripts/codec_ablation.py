@@ -76,13 +76,6 @@ def variant_source(edits: List[Tuple[str, str]]) -> str:
     return s
 
 
-def build(source: str, k: int) -> ctypes.CDLL:
-    """A variant built and declared as the product builds its kernels (cached beside them)."""
-    lib = ctypes.CDLL(str(native.build(f"codec_x86_ablation{k}.c", source, native._compiler())))
-    native.declare(lib, "avx512")
-    return lib
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--elements", type=int, default=1 << 17, help="float32 elements (default: 512 KB, in L2)")
@@ -97,7 +90,8 @@ def main() -> None:
     x[:] = np.random.default_rng(0).standard_normal(n)
     T = native.symmetric_tables("dynamic_tree")
     nb = -(-n // block)
-    libs = [build(variant_source(edits), k) for k, (_, edits) in enumerate(VARIANTS)]
+    libs = [native.load_variant(f"codec_x86_ablation{k}.c", variant_source(edits), "avx512")
+            for k, (_, edits) in enumerate(VARIANTS)]
     outs = [(np.empty(nb, np.uint32), aligned(n, np.uint8)) for _ in libs]
     best: Dict[int, float] = {k: float("inf") for k in range(len(libs))}
     for _ in range(args.rounds):

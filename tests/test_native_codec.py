@@ -3,9 +3,11 @@
 reference at the edges through the cpu backend, whichever kernels it uses here."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -183,6 +185,13 @@ def test_threshold_codes_decode_natively(n, name):
     assert np.array_equal((np.float32(0.25) + want).view(np.uint32), acc.view(np.uint32))
 
 
+def test_an_unknown_native_setting_is_a_clear_error():
+    code = "from horovod_q8.backends import native; native.library()"
+    out = subprocess.run([sys.executable, "-c", code], env={"HOROVOD_Q8_NATIVE": "avx3", "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "HOROVOD_Q8_NATIVE='avx3': use 1" in out.stderr, out.stderr[-500:]
+
+
 def test_switched_off_by_environment():
     code = "from horovod_q8.backends import native; print(not native.in_use())"
     out = subprocess.run([sys.executable, "-c", code], env={"HOROVOD_Q8_NATIVE": "0", "PATH": "/usr/bin:/bin"},
@@ -292,3 +301,22 @@ def test_large_decodes_stream_at_any_alignment(name):
                       float(np.float32(scale)))
         expect = want if scale == 1.0 else want * np.float32(scale)
         assert np.array_equal(expect.view(np.uint32), out.view(np.uint32)), (offset, scale, threads)
+
+
+@pytest.mark.skipif(native.library() is None or native._load("avx2")[0] is None,
+                    reason="needs AVX-512 (elsewhere the AVX2 kernels are in use and tested directly)")
+def test_the_avx2_kernels_where_avx512_runs_too():
+    """The AVX2 kernels, which CPUs without AVX-512 use, pass this file's tests under
+    HOROVOD_Q8_NATIVE=avx2 on this one (where they would otherwise skip), and
+    scripts/avx2_encode.py gives the AVX-512 kernel's codes."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", __file__, "-k",
+                          "not where_avx512_runs_too"], env={**os.environ, "HOROVOD_Q8_NATIVE": "avx2"},
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "AVX-512 kernels in use" not in out.stdout, out.stdout[-3000:]  # the AVX2 tests ran
+    script = Path(__file__).resolve().parents[1] / "scripts" / "avx2_encode.py"
+    bench = subprocess.run([sys.executable, str(script), "--elements", "5000", "--rounds", "1"],
+                           capture_output=True, text=True, timeout=300)
+    assert bench.returncode == 0, bench.stderr
+    rows = [line for line in bench.stdout.splitlines() if line.startswith("| ") and "kernels" not in line]
+    assert len(rows) == 4 and all(line.rstrip(" |").endswith("True") for line in rows), bench.stdout

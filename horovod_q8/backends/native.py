@@ -7,7 +7,8 @@ tables), nearest-rounded q4, 4- and 2-bit threshold codes (with or without a res
 decoding any 8-bit codebook or 4- or 2-bit format. AVX2 (where AVX-512 is missing): nearest-rounded 8-bit
 codebooks of at most 7 segments (q8, linear, mantissa), decoding any 8- or 4-bit format, and
 the sum of every rank's codes in one pass. Everything else, or HOROVOD_Q8_NATIVE=0, keeps the
-Numba kernels. Each table is checked where it is built (`symmetric_tables`, `avx2_tables`) to
+Numba kernels; HOROVOD_Q8_NATIVE=avx2 uses the AVX2 kernels on a CPU with AVX-512 too (so that
+they can be tested there). Each table is checked where it is built (`symmetric_tables`, `avx2_tables`) to
 fit the one-estimate-one-comparison search, and tests/test_native_codec.py checks every
 float32 in [-1, 1].
 """
@@ -87,11 +88,24 @@ def build(name: str, source: str, cc: str) -> Path:
     return lib
 
 
+MODES = ("1", "0", "avx2")  # HOROVOD_Q8_NATIVE: the best kernels here, none, AVX2 even where AVX-512 runs
+
+
+def _mode() -> str:
+    mode = os.environ.get("HOROVOD_Q8_NATIVE", "1")
+    if mode not in MODES:
+        raise ValueError(f"HOROVOD_Q8_NATIVE={mode!r}: use 1 (native kernels, the default), 0 (none) or avx2")
+    return mode
+
+
 @functools.lru_cache(maxsize=None)
 def _load(isa: str) -> tuple[Optional[ctypes.CDLL], str]:
     """(the loaded kernel library for instruction set `isa` or None, why)."""
-    if os.environ.get("HOROVOD_Q8_NATIVE", "1") == "0":
+    mode = _mode()
+    if mode == "0":
         return None, "switched off (HOROVOD_Q8_NATIVE=0)"
+    if mode == "avx2" and isa == "avx512":
+        return None, "AVX2 chosen (HOROVOD_Q8_NATIVE=avx2)"
     if os.uname().machine not in ("x86_64", "AMD64"):
         return None, f"not an x86-64 CPU ({os.uname().machine})"
     cc = _compiler()
@@ -115,8 +129,9 @@ def _load(isa: str) -> tuple[Optional[ctypes.CDLL], str]:
 
 _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 SIGNATURES = {
-    "avx512": {"hq8_encode8": [_P, _I64, _I64, _P, _P, _P], "hq8_decode8": [_P, _I64, _I64, _P, _P, _P, _INT, _F32, _I64],
-               "hq8_encode4": [_P, _I64, _I64, _P, _P, _P], "hq8_decode4": [_P, _I64, _I64, _P, _P, _P, _INT, _F32, _I64],
+    "avx512": {"hq8_encode8": [_P, _I64, _I64, _P, _P, _P], "hq8_encode4": [_P, _I64, _I64, _P, _P, _P],
+               "hq8_decode8": [_P, _I64, _I64, _P, _P, _P, _INT, _F32, _I64],
+               "hq8_decode4": [_P, _I64, _I64, _P, _P, _P, _INT, _F32, _I64],
                "hq8_decode2": [_P, _I64, _I64, _P, _P, _P, _INT, _F32, _I64],
                "hq8_threshold": [_P, _I64, _P, _P, _P, _INT],
                "hq8_sum": [_INT, _P, _P, _INT, _I64, _I64, _P, _P, _INT, _F32]},
@@ -129,6 +144,14 @@ def declare(lib: ctypes.CDLL, isa: str) -> None:
     """The argument types of every kernel of `isa` in lib (all return void)."""
     for fn, args in SIGNATURES[isa].items():
         getattr(lib, fn).argtypes, getattr(lib, fn).restype = args, None
+
+
+def load_variant(name: str, source: str, isa: str) -> ctypes.CDLL:
+    """`source` (a variant of a kernel file, for the scripts that time one) built as the product
+    builds its kernels, cached under `name`, loaded and declared for `isa`."""
+    lib = ctypes.CDLL(str(build(name, source, _compiler())))
+    declare(lib, isa)
+    return lib
 
 
 def library() -> Optional[ctypes.CDLL]:

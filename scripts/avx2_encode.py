@@ -1,0 +1,66 @@
+"""The AVX2 q8 encode (kernels/codec_avx2.c, for CPUs without AVX-512) of this tree beside a
+commit's, on one core, in L2 and from memory; and whether both give the AVX-512 kernel's codes
+(where AVX-512 runs, the AVX2 kernel is otherwise not used, so `bench codec` cannot show it).
+
+    python scripts/avx2_encode.py [--baseline REV] [--rounds 9] [--elements 25600000]
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from horovod_q8.backends import native  # noqa: E402
+from horovod_q8.bench.common import machine  # noqa: E402
+from horovod_q8.collective.transport import AlignedPool  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--baseline", default="HEAD", help="commit whose codec_avx2.c to time beside this tree's")
+    p.add_argument("--rounds", type=int, default=9, help="rounds from memory (in L2: 100x as many)")
+    p.add_argument("--elements", type=int, default=25_600_000, help="float32 elements of the from-memory row")
+    args = p.parse_args()
+    old = subprocess.run(["git", "show", f"{args.baseline}:kernels/codec_avx2.c"], cwd=REPO, check=True,
+                         capture_output=True, text=True).stdout
+    tree = (REPO / "kernels" / "codec_avx2.c").read_text()
+    libs = {"this tree": native.load_variant("codec_avx2_tree.c", tree, "avx2"),
+            args.baseline: native.load_variant("codec_avx2_base.c", old, "avx2")}
+    T, reference = native.avx2_tables("dynamic_tree"), native.library()
+    aligned, rng = AlignedPool(per_size=0), np.random.default_rng(0)
+    print(f"# AVX2 q8 (dynamic tree) encode, blocks of 1024, min of the rounds; {machine()}\n")
+    print("| kernels | elements | ms | ns/element | same codes as AVX-512 |")
+    print("|---|---|---|---|---|")
+    for n, rounds in ((1 << 17, 100 * args.rounds), (args.elements, args.rounds)):
+        x = aligned(n, np.float32)
+        x[:] = rng.standard_normal(n)
+        x[5], x[3000], x[7000:8100] = np.nan, np.inf, 0.0  # a NaN block, an overflowed one, zeros
+        nb = -(-n // 1024)
+        outs = {k: (np.empty(nb, np.uint32), aligned(n, np.uint8)) for k in libs}
+        best = {k: float("inf") for k in libs}
+        for _ in range(rounds):
+            for k, lib in libs.items():
+                sb, c = outs[k]
+                t = time.perf_counter()
+                lib.hq8_avx2_encode8(x.ctypes.data, n, 1024, sb.ctypes.data, c.ctypes.data, ctypes.byref(T))
+                best[k] = min(best[k], time.perf_counter() - t)
+        want = None
+        if reference is not None:
+            want = (np.empty(nb, np.uint32), aligned(n, np.uint8))
+            reference.hq8_encode8(x.ctypes.data, n, 1024, want[0].ctypes.data, want[1].ctypes.data,
+                                  ctypes.byref(native.symmetric_tables("dynamic_tree")))
+        for k in libs:
+            same = "no AVX-512 here" if want is None else all(np.array_equal(a, b) for a, b in zip(outs[k], want))
+            print(f"| {k} | {n} | {best[k] * 1e3:.3f} | {best[k] / n * 1e9:.3f} | {same} |")
+
+
+if __name__ == "__main__":
+    main()
