@@ -109,7 +109,8 @@ AVX2 static inline __m256i quot8(const float *x, __m256 vs) {
 
 // Scales (absmax bits per block of `block` elements, the last one shorter) and 8-bit codes.
 // Each quotient is taken two vectors ahead of the steps that use it, as in codec_x86.c: the
-// division heads their chain. With the prefetch: 18.7 -> 14.1 ms per 25.6M on Zen 5 (docs/performance.md).
+// division heads their chain. With the prefetch: 16.9 -> 13.7 ms per 25.6M on Zen 5
+// (scripts/avx2_encode.py, docs/performance.md).
 AVX2 void hq8_avx2_encode8(const float *x, int64_t n, int64_t block, uint32_t *scale_bits, uint8_t *codes,
                            const hq8_avx2_symmetric *T) {
     __m256i lows[7];

@@ -15,8 +15,8 @@
 #define INF_BITS 0x7F800000u
 #define NAN_BITS 0x7FC00000u
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-// Floats ahead of the absmax loads that the encodes prefetch (16 KB): the hardware prefetcher
-// alone left the q8 encode from memory 25% slower than in L2 (Zen 5, docs/performance.md).
+// Floats ahead of the absmax loads that the encodes prefetch (16 KB): without it the q8 encode
+// of 25.6M from memory took 1.27x as long on Zen 5 (scripts/codec_ablation.py, docs/performance.md).
 #define PREFETCH_AHEAD 4096
 // Decoded outputs from this size (bytes) are written with streaming stores: they cannot stay in
 // a last-level cache anyway, and the stores then skip reading every line before writing it.
@@ -167,7 +167,7 @@ AVX512 static inline __m128i pack16_4(__m512i c) {
 // Codes of x[0, both) (both a multiple of 16) and, in the same loop, the absmax of nx[0, both)
 // into *m: `bits` 8 (S) or 4 (C), a constant where it is inlined. The division heads a chain
 // of some twenty dependent steps; taking the quotients two vectors ahead keeps the steps waiting
-// on it from filling the scheduler (in L2, 0.207 -> 0.177 ns per element on Zen 5).
+// on it from filling the scheduler (scripts/codec_ablation.py's "quotients not taken ahead" row).
 AVX512 static inline __attribute__((always_inline)) void codes_ahead(
         const int bits, const float *x, int64_t both, __m512 vs, const float *nx, __m512i *m, uint8_t *codes,
         const search16 *S, const cells16 *C, const int clamp_low) {
@@ -433,6 +433,17 @@ AVX512 static inline __attribute__((always_inline)) __m512 values16_p(const int 
     return _mm512_permutexvar_ps(_mm512_and_si512(w, _mm512_set1_epi32(3)), t);
 }
 
+// Elements i .. i + k - 1 (k < 16) of a block, as decode_packed's vector loop computes them.
+AVX512 static inline __attribute__((always_inline)) void few_packed(
+        const int bits, const uint8_t *c, float *o, int64_t i, int64_t k, __m512 t, __m512 vs, int scaled, __m512 vp,
+        int accumulate) {
+    __mmask16 m = tail_mask(k);
+    __m512 v = _mm512_mul_ps(values16_p(bits, c, i, k, t), vs);
+    if (scaled) v = _mm512_mul_ps(v, vp);
+    if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + i), v);
+    _mm512_mask_storeu_ps(o + i, m, v);
+}
+
 // out = table[code] * scale (or out += it) of `bits`-bit codes (4 or 2), any 16-entry table;
 // scales NULL means scale 1; every block starts on a byte; post and span as in hq8_decode8.
 AVX512 static inline __attribute__((always_inline)) void decode_packed(
@@ -449,23 +460,14 @@ AVX512 static inline __attribute__((always_inline)) void decode_packed(
         const uint8_t *c = codes + s / per;
         float *o = out + s;
         int64_t i = lead(o, len, stream);
-        if (i) {
-            __m512 v = _mm512_mul_ps(values16_p(bits, c, 0, i, t), vs);
-            _mm512_mask_storeu_ps(o, tail_mask(i), scaled ? _mm512_mul_ps(v, vp) : v);
-        }
+        if (i) few_packed(bits, c, o, 0, i, t, vs, scaled, vp, 0);
         for (; i + 16 <= len; i += 16) {
             __m512 v = _mm512_mul_ps(values16_p(bits, c, i, 16, t), vs);
             if (scaled) v = _mm512_mul_ps(v, vp);
             if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(o + i), v);
             store16(o + i, v, stream);
         }
-        if (i < len) {
-            __mmask16 m = tail_mask(len - i);
-            __m512 v = _mm512_mul_ps(values16_p(bits, c, i, len - i, t), vs);
-            if (scaled) v = _mm512_mul_ps(v, vp);
-            if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + i), v);
-            _mm512_mask_storeu_ps(o + i, m, v);
-        }
+        if (i < len) few_packed(bits, c, o, i, len - i, t, vs, scaled, vp, accumulate);
     }
     if (stream) _mm_sfence();
 }

@@ -1,8 +1,8 @@
-"""Where the AVX-512 q8 encode's time goes: each row removes or replaces one step of
-codes16 in kernels/codec_x86.c (a text substitution of the committed source), builds it as
-the product builds it, and times hq8_encode8 on a tensor that stays in cache, so that the
-kernel's arithmetic, not memory, is what is measured. Most rows give wrong codes: they
-are for timing only, and the `same codes` column says which.
+"""Where the AVX-512 q8 encode's time goes: each row removes or replaces one step of the
+encode in kernels/codec_x86.c (a text substitution of the committed source), builds it as
+the product builds it, and times hq8_encode8, by default on a tensor that stays in L2, so that
+the kernel's arithmetic, not memory, is what is measured (--elements 25600000: from memory).
+Most rows give wrong codes: they are for timing only, and the `same codes` column says which.
 
     python scripts/codec_ablation.py [--elements 131072] [--rounds 2000]
 
@@ -101,7 +101,7 @@ def main() -> None:
             lib.hq8_encode8(x.ctypes.data, n, block, sb.ctypes.data, c.ctypes.data, ctypes.byref(T))
             best[k] = min(best[k], time.perf_counter() - t)
     from horovod_q8.bench.common import machine
-    print(f"# q8 (dynamic tree) encode, {n} float32 in cache, blocks of {block}, min of {args.rounds} rounds; "
+    print(f"# q8 (dynamic tree) encode, {n} float32, blocks of {block}, min of {args.rounds} rounds; "
           f"{machine()}\n")
     print("| variant | us | ns/element | vs this tree | same codes |")
     print("|---|---|---|---|---|")
