@@ -15,7 +15,7 @@ setup(
     # The .cu and .c sources live in kernels/ at the top level and ship inside the package.
     package_dir={"horovod_q8": "horovod_q8", "horovod_q8.kernels": "kernels",
                  "horovod_q8.launch": "launch"},
-    package_data={"horovod_q8.kernels": ["*.cu", "*.c"], "horovod_q8.launch": ["*.sh", "*.sbatch", "hostfile"]},
+    package_data={"horovod_q8.kernels": ["*.cu", "*.c", "*.h"], "horovod_q8.launch": ["*.sh", "*.sbatch", "hostfile"]},
     python_requires=">=3.9",
     install_requires=["numpy>=1.23", "numba>=0.59"],  # the fast CPU codec is the product
     extras_require={

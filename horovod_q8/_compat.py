@@ -1,8 +1,10 @@
 """Optional dependencies in one place: is NumPy's JIT, CuPy, a GPU here."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from typing import Iterator
 
 
 @functools.lru_cache(maxsize=None)
@@ -16,9 +18,26 @@ def has_numba() -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=None)
+_DEVICES: list = []  # CuPy-shaped stand-ins in use (backends.cuda_host), innermost last
+
+
+@contextlib.contextmanager
+def device(module) -> Iterator:
+    """Within this block `cupy()` is `module` and its `ndarray`s count as CuPy arrays."""
+    _DEVICES.append(module)
+    try:
+        yield module
+    finally:
+        _DEVICES.remove(module)
+
+
 def cupy():
-    """The cupy module, or None when CuPy or a usable GPU is missing."""
+    """The cupy module (or the device stand-in in use), or None when CuPy or a GPU is missing."""
+    return _DEVICES[-1] if _DEVICES else _real_cupy()
+
+
+@functools.lru_cache(maxsize=None)
+def _real_cupy():
     try:
         import cupy as cp
         if cp.cuda.runtime.getDeviceCount() < 1:
@@ -29,4 +48,6 @@ def cupy():
 
 
 def is_cupy_array(x) -> bool:
+    if _DEVICES and isinstance(x, _DEVICES[-1].ndarray):
+        return True
     return type(x).__module__.split(".")[0] == "cupy"

@@ -14,19 +14,41 @@ from horovod_q8 import _compat
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "gpu: needs CuPy and a CUDA GPU")
+    config.addinivalue_line("markers", "gpu: the CUDA backend: on a GPU, or on the CUDA host build")
     config.addinivalue_line("markers", "parallel: starts real Horovod processes")
+
+
+def _require_gpu() -> bool:
+    return os.environ.get("HOROVOD_Q8_REQUIRE_GPU") == "1"
+
+
+@pytest.fixture
+def real_cp():
+    """CuPy on a GPU; skipped without one, failed instead when HOROVOD_Q8_REQUIRE_GPU=1."""
+    mod = _compat.cupy()
+    if mod is None:
+        if _require_gpu():
+            pytest.fail("HOROVOD_Q8_REQUIRE_GPU=1 but CuPy cannot see a GPU")
+        pytest.skip("no CuPy GPU here (HOROVOD_Q8_REQUIRE_GPU=1 turns this into a failure)")
+    return mod
 
 
 @pytest.fixture
 def cp():
-    """CuPy on a GPU; skipped without one, failed instead when HOROVOD_Q8_REQUIRE_GPU=1."""
+    """CuPy on a GPU where one is here; else the CUDA host build: kernels/codec.cu compiled for
+    the CPU behind a CuPy-shaped module (backends/cuda_host.py), so the CUDA backend runs."""
+    from horovod_q8.backends import cuda_host
     mod = _compat.cupy()
-    if mod is None:
-        if os.environ.get("HOROVOD_Q8_REQUIRE_GPU") == "1":
-            pytest.fail("HOROVOD_Q8_REQUIRE_GPU=1 but CuPy cannot see a GPU")
-        pytest.skip("no CuPy GPU here (HOROVOD_Q8_REQUIRE_GPU=1 turns this into a failure)")
-    return mod
+    if mod is not None:
+        yield mod
+        return
+    if _require_gpu():
+        pytest.fail("HOROVOD_Q8_REQUIRE_GPU=1 but CuPy cannot see a GPU")
+    why = cuda_host.unavailable()
+    if why:
+        pytest.skip(why)
+    with cuda_host.device() as dev:
+        yield dev
 
 
 @pytest.fixture

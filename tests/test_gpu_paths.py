@@ -1,5 +1,6 @@
-"""On a GPU: the engine's N-rank schedule on CuPy arrays gives NumPy's bits, and torch CUDA
-tensors reach the kernels through DLPack without a copy, on torch's current stream."""
+"""The engine's N-rank schedule on CuPy arrays gives NumPy's bits (on a GPU, or on the CUDA host
+build); on a GPU only: torch CUDA tensors reach the kernels through DLPack without a copy, on
+torch's current stream, and the DDP hook runs on NCCL."""
 from __future__ import annotations
 
 import numpy as np
@@ -27,6 +28,7 @@ def test_engine_on_cupy_gives_numpys_bits(cp, n_ranks, schedule):
         for n in (9, 4099, 300_001):
             xs = [rng.standard_normal(n).astype(np.float32) for _ in range(n_ranks)]
             xs[0][n // 2] = np.nan
+            xs[1][: min(n, 3000)] *= np.float32(2.0 ** -130)  # subnormal values and block scales
             req = engine.Request(fmt, n, schedule, piece_elements=65536)
             ref = _sums(xs, req)
             got = _sums([cp.asarray(x) for x in xs], req)
@@ -49,7 +51,8 @@ def test_threshold_residuals_on_cupy_match_numpy(cp, name):
         assert all(np.array_equal(x, cp.asnumpy(y)) for x, y in zip(a, b))
 
 
-def test_torch_cuda_tensors_reach_the_kernels_without_copies(cp):
+def test_torch_cuda_tensors_reach_the_kernels_without_copies(real_cp):
+    cp = real_cp
     torch = pytest.importorskip("torch")
     from horovod_q8.torch.state import TorchResiduals
     from horovod_q8.torch.tensors import TensorBuffers, as_array, as_tensor, kernel_stream
@@ -74,7 +77,7 @@ def test_torch_cuda_tensors_reach_the_kernels_without_copies(cp):
     assert all(np.array_equal(ref[0], cp.asnumpy(g)) for g in got)
 
 
-def test_ddp_path_on_one_nccl_rank(cp):
+def test_ddp_path_on_one_nccl_rank(real_cp):
     """The DDP hook's transport on CUDA: all_to_all_single and all_gather_into_tensor of uint8
     on NCCL, buffers from torch's allocator, kernels on torch's stream (one rank: one GPU)."""
     torch = pytest.importorskip("torch")

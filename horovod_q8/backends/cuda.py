@@ -1,4 +1,7 @@
-"""CUDA backend: CuPy RawKernels compiled lazily from kernels/codec.cu."""
+"""CUDA backend: CuPy RawKernels compiled lazily from kernels/codec.cu.
+
+CuPy compiles them with NVRTC (`nvrtc_check.compile_like_cupy` repeats that without a GPU); the
+host build (`cuda_host`) runs this module unchanged on the CPU."""
 from __future__ import annotations
 
 import functools
@@ -10,6 +13,8 @@ from horovod_q8.formats.codebooks import tables
 from horovod_q8.formats.spec import CODEBOOK, Format
 
 THREADS = 256
+MAX_BLOCKS = 65535 * 4  # grid cap; the kernels' grid-stride loops cover the rest
+OPTIONS = ("--std=c++14",)
 
 
 def _cp():
@@ -20,13 +25,12 @@ def _cp():
 
 
 @functools.lru_cache(maxsize=None)
-def _module():
-    return _cp().RawModule(code=kernel_source(), options=("--std=c++14",))
+def _module(cp):
+    return cp.RawModule(code=kernel_source(), options=OPTIONS)
 
 
 @functools.lru_cache(maxsize=None)
-def _device_table(fmt: Format, which: str):
-    cp = _cp()
+def _device_table(cp, fmt: Format, which: str):
     if which == "decode":
         return cp.asarray(fmt.decode_table())
     if which == "levels":
@@ -36,7 +40,7 @@ def _device_table(fmt: Format, which: str):
 
 
 def _grid(work: int) -> tuple:
-    return (max(1, min(-(-work // THREADS), 65535 * 4)),)
+    return (max(1, min(-(-work // THREADS), MAX_BLOCKS)),)
 
 
 def encode(x, fmt: Format, residual=None, seed: Optional[int] = None, out=None):
@@ -50,7 +54,7 @@ def encode(x, fmt: Format, residual=None, seed: Optional[int] = None, out=None):
         return out
     per = 8 // fmt.bits
     codes = out[4 * nb:]
-    mod = _module()
+    mod = _module(cp)
     if fmt.kind == CODEBOOK:
         block = fmt.block_for(n)
         scale_bits = out[: 4 * nb].view(cp.uint32)
@@ -64,7 +68,7 @@ def encode(x, fmt: Format, residual=None, seed: Optional[int] = None, out=None):
         mod.get_function("encode_codebook")(
             _grid(-(-n // per)), (THREADS,),
             (x, cp.int64(n), cp.int64(block), scale_bits.view(cp.float32), codes,
-             _device_table(fmt, "mids"), _device_table(fmt, "values"), cp.int32(t.size),
+             _device_table(cp, fmt, "mids"), _device_table(cp, fmt, "values"), cp.int32(t.size),
              cp.int32(fmt.bits), cp.int32(fmt.rounding == "stochastic"),
              cp.uint32((fmt.seed if seed is None else seed) & 0xFFFFFFFF)))
     else:
@@ -72,7 +76,7 @@ def encode(x, fmt: Format, residual=None, seed: Optional[int] = None, out=None):
         r = residual if use else cp.empty(1, cp.float32)
         mod.get_function("encode_threshold")(
             _grid(-(-n // per)), (THREADS,),
-            (x, cp.int64(n), r, cp.int32(use), codes, _device_table(fmt, "levels"),
+            (x, cp.int64(n), r, cp.int32(use), codes, _device_table(cp, fmt, "levels"),
              cp.int32(len(fmt.levels)), cp.int32(fmt.bits)))
     return out
 
@@ -81,6 +85,12 @@ def decode(buf, fmt: Format, n: int, out=None, accumulate: bool = False, scale: 
     """Dequantize into a float32 CuPy array (or add into it when accumulate); times float32
     `scale` (not with accumulate)."""
     check_decode_scale(scale, accumulate)
+    return _decode(buf, fmt, n, out, accumulate, scale)
+
+
+def _decode(buf, fmt: Format, n: int, out, accumulate: bool, factor: float):
+    """out = decoded (or out + decoded), then times float32 `factor`, in one kernel: a CuPy
+    elementwise multiply would flush subnormal products (CuPy compiles with -ftz=true)."""
     cp = _cp()
     if out is None:
         out = cp.zeros(n, cp.float32) if accumulate else cp.empty(n, cp.float32)
@@ -89,14 +99,19 @@ def decode(buf, fmt: Format, n: int, out=None, accumulate: bool = False, scale: 
     nb = fmt.n_blocks(n)
     per = 8 // fmt.bits
     scales = buf[: 4 * nb].view(cp.float32) if nb else cp.empty(1, cp.float32)
-    _module().get_function("decode")(
+    _module(cp).get_function("decode")(
         _grid(-(-n // per)), (THREADS,),
         (buf[4 * nb:], cp.int64(n), cp.int64(fmt.block_for(n)), scales, cp.int32(fmt.has_scales),
-         _device_table(fmt, "decode"), cp.int32(fmt.bits), out, cp.int32(accumulate)))
-    if scale != 1.0:
-        out *= cp.float32(scale)
+         _device_table(cp, fmt, "decode"), cp.int32(fmt.bits), out, cp.int32(accumulate),
+         cp.float32(factor)))
     return out
 
 
-# (sum of the values of bufs, in order) * scale into out: one decode per part
-decode_sum = functools.partial(decode_sum_by_parts, decode)
+def decode_sum(bufs, fmt: Format, n: int, out, scale: float = 1.0):
+    """out = (sum of the values of `bufs`, added in order) * float32 `scale`: one decode per part,
+    the last one applying the factor."""
+    if not bufs:
+        return decode_sum_by_parts(decode, bufs, fmt, n, out, scale)
+    for r, buf in enumerate(bufs):
+        _decode(buf, fmt, n, out, r > 0, scale if r == len(bufs) - 1 else 1.0)
+    return out

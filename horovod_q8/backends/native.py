@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -69,13 +69,13 @@ def _compiler() -> Optional[str]:
     return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
 
 
-def build(name: str, source: str, cc: str) -> Path:
+def build(name: str, source: str, cc: str, flags: Sequence[str] = FLAGS) -> Path:
     """The shared library of kernel file `name` holding `source`, compiled once per (source,
     compiler, flags) and cached.
 
     Written to a temporary name and renamed: ranks starting together may build it at once.
     """
-    key = hashlib.sha256("\0".join((source, cc, *FLAGS)).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\0".join((source, cc, *flags)).encode()).hexdigest()[:16]
     lib = cache_dir() / f"{Path(name).stem}-{key}.so"
     if lib.exists():
         return lib
@@ -83,7 +83,7 @@ def build(name: str, source: str, cc: str) -> Path:
     with tempfile.TemporaryDirectory(dir=lib.parent) as tmp:
         src, out = Path(tmp) / name, Path(tmp) / lib.name
         src.write_text(source)
-        subprocess.run([cc, *FLAGS, "-o", str(out), str(src)], check=True, capture_output=True, text=True)
+        subprocess.run([cc, *flags, "-o", str(out), str(src)], check=True, capture_output=True, text=True)
         os.replace(out, lib)
     return lib
 
