@@ -133,6 +133,15 @@ class DeviceArray(np.ndarray):
             return _adopt(result)
         return result
 
+    def __array_function__(self, func, types, args, kwargs):
+        """NumPy functions on device arrays give device arrays, as CuPy's dispatch does."""
+        def host(a):
+            if isinstance(a, DeviceArray):
+                return a.view(np.ndarray)
+            return type(a)(host(b) for b in a) if isinstance(a, (list, tuple)) else a
+        result = func(*host(args), **{k: host(v) for k, v in kwargs.items()})
+        return _adopt(result) if isinstance(result, np.ndarray) else result
+
 
 def _kernel_source() -> str:
     from horovod_q8.backends import kernel_source
