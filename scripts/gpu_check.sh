@@ -54,7 +54,7 @@ EOF
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
-timeout 360 "$PY" -m pytest -q -p no:cacheprovider -rs tests/test_cuda_kernels.py tests/test_cuda_host.py \
+timeout 360 "$PY" -m pytest -q -p no:cacheprovider -rfEs tests/test_cuda_kernels.py tests/test_cuda_host.py \
   tests/test_gpu_paths.py tests/test_torch_engine.py > "$OUT/pytest.txt" 2>&1
 rc=$?
 tail -5 "$OUT/pytest.txt"
