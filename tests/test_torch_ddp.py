@@ -39,3 +39,16 @@ def test_mismatched_settings_stop_every_rank():
 def test_unknown_check_is_refused():
     rc, out = run_bounded([sys.executable, str(SCRIPT), "2", "no_such_check"], 120)
     assert rc != 0 and "unknown checks" in out
+
+
+def test_hook_on_one_rank_only_ends_every_rank_with_a_sentence():
+    """Rank 0 registers the hook, rank 1 does not (DDP's own allreduce there): rank 0 names rank 1
+    after HOROVOD_Q8_CHECK_TIMEOUT_S, and the job ends instead of hanging."""
+    import time
+    t0 = time.monotonic()
+    rc, out = run_bounded([sys.executable, str(Path(__file__).parent / "parallel" / "torch_disagree.py"),
+                           "ddp_hook_on_one_rank"], 120, env={"HOROVOD_Q8_CHECK_TIMEOUT_S": "10"})
+    assert rc != 0, out[-4000:]
+    assert "horovod_q8: rank 0 waited 10 s for rank(s) [1] at the ddp_hook check" in out, out[-4000:]
+    assert "NO ERROR" not in out
+    assert time.monotonic() - t0 < 60

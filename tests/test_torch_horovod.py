@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import shutil
+import time
 import sys
 from pathlib import Path
 from typing import Dict, Optional
@@ -59,3 +60,30 @@ def test_mpi_controller():
 def test_mismatched_settings_stop_every_rank():
     out = run(2, "q8", "config_mismatch", timeout=300)
     assert out.count("mismatched settings detected") == 2, out[-3000:]
+
+
+DISAGREE = Path(__file__).parent / "parallel" / "torch_disagree.py"
+
+
+@pytest.mark.parametrize("case", ["optimizer_vs_none", "none_vs_optimizer", "allreduce_vs_none"])
+def test_compressed_and_uncompressed_ranks_both_stop_with_a_sentence(case):
+    """One rank with horovod_q8's q8, the other with compressor("none"): every rank raises
+    ConfigMismatchError naming the difference, at once (no timeout involved)."""
+    t0 = time.monotonic()
+    cmd = [horovodrun(), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, str(DISAGREE), case]
+    rc, out = run_bounded(cmd, 120)
+    assert rc == 0, out[-4000:]
+    assert out.count("DISAGREEMENT rank") == 2, out[-4000:]
+    assert "compression=horovod_q8 'q8' here vs 'none' there" in out, out[-4000:]
+    assert time.monotonic() - t0 < 60
+
+
+def test_rank_without_horovod_q8_ends_the_job():
+    """Rank 1 calls Horovod's allreduce directly: rank 0's watchdog ends the job with a message."""
+    t0 = time.monotonic()
+    cmd = [horovodrun(), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, str(DISAGREE),
+           "allreduce_unwrapped"]
+    rc, out = run_bounded(cmd, 150, env={"HOROVOD_Q8_CHECK_TIMEOUT_S": "15"})
+    assert rc != 0, out[-4000:]
+    assert "rank 0 waited 15 s for every rank at the collective 'horovod_q8.agree.allreduce.1'" in out, out[-4000:]
+    assert time.monotonic() - t0 < 90

@@ -9,13 +9,9 @@ Adasum), which then stops with a clear error.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import logging
-import os
-import sys
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -24,22 +20,16 @@ import tensorflow as tf
 
 from horovod_q8 import formats
 from horovod_q8.collective import policy
-from horovod_q8.collective.setting import Setting, difference
+from horovod_q8.collective.agreement import Agreements, ConfigMismatchError, describe  # noqa: F401 (re-exported)
+from horovod_q8.collective.setting import Setting
 from horovod_q8.formats import layer_group
 from horovod_q8.tensorflow import compressed_sum as C
 from horovod_q8.tensorflow.state import CompressionState
 
-_CHECKED: set = set()
 _TENSOR_STATES: dict = {}  # setting -> the per-tensor path's CompressionState
 _LOG = logging.getLogger("horovod_q8")
 _TOLD: set = set()
 _OWNERS = itertools.count(1)
-
-
-class ConfigMismatchError(ValueError):
-    """Ranks were started with different compression settings."""
-
-    ag_pass_through = True  # raise as is from inside tf.function, not as a StagingError
 
 
 @dataclass(frozen=True)
@@ -134,53 +124,26 @@ def tell_uncompressed(what: str, decision: policy.Decision) -> None:
     _LOG.warning("horovod_q8: %s goes uncompressed through Horovod (%s)", what, decision.reason)
 
 
+AGREEMENTS = Agreements()
+
+
+def _gather(obj: Any, name: str) -> list:
+    with tf.init_scope():  # eagerly, also while a tf.function is traced
+        return hvd.allgather_object(obj, name=name)
+
+
+def agree(compression: Any, label: str, once: bool = False) -> None:
+    """Every rank states its compression at `label` (collective.agreement): a difference raises
+    ConfigMismatchError on every rank; a rank that never comes ends the job after the timeout."""
+    if hvd.size() < 2:
+        return
+    (AGREEMENTS.once if once else AGREEMENTS.agree)(_gather, hvd.rank(), {"compression": describe(compression)},
+                                                     label)
+
+
 def check_same_config(comp: Setting) -> None:
     """Once per setting and process: every rank must use exactly the same settings."""
-    if comp in _CHECKED:
-        return
-    mine = comp.fingerprint()
-    with tf.init_scope(), watchdog(check_timeout_s()):
-        everyone = hvd.allgather_object(mine, name="horovod_q8.config_check")
-    for rank, theirs in enumerate(everyone):
-        if theirs != mine:
-            raise ConfigMismatchError(
-                f"horovod_q8: rank {hvd.rank()} and rank {rank} use different compression "
-                f"settings: {difference(mine, theirs)}. Start every rank with the same "
-                f"--compression options.")
-    _CHECKED.add(comp)
-
-
-def check_timeout_s() -> float:
-    """Seconds a rank waits for every rank's settings (HOROVOD_Q8_CHECK_TIMEOUT_S, default 120)."""
-    return float(os.environ.get("HOROVOD_Q8_CHECK_TIMEOUT_S", "120"))
-
-
-@contextlib.contextmanager
-def watchdog(seconds: float):
-    """End this process with a message if the block does not finish within `seconds`.
-
-    A rank that uses Horovod's own compressor never joins the settings check, and Horovod's
-    collectives cannot time out: without this the job would wait forever.
-    """
-    done = threading.Event()
-
-    def bite() -> None:
-        if done.wait(seconds):
-            return
-        sys.stderr.write(
-            f"horovod_q8: rank {hvd.rank()} waited {seconds:g} s for every rank's compression settings "
-            "(collective 'horovod_q8.config_check'). Likely cause: another rank does not use this "
-            "horovod_q8 compressor for this tensor (e.g. hvd.Compression.none or fp16 there), or it "
-            "is stuck elsewhere. Start every rank with the same --compression options; "
-            "HOROVOD_Q8_CHECK_TIMEOUT_S changes the wait. Ending the job.\n")
-        sys.stderr.flush()
-        os._exit(3)  # Horovod's launcher then ends the other ranks
-
-    threading.Thread(target=bite, name="horovod_q8.watchdog", daemon=True).start()
-    try:
-        yield
-    finally:
-        done.set()
+    agree(comp, "compressor", once=True)
 
 
 def compressor(name: str = "q8", *, block_size: Optional[int] = None, rounding: Optional[str] = None,

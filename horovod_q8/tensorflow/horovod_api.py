@@ -12,6 +12,7 @@ HOROVOD_Q8_FUSED=0 turns the fused path off.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
 import os
@@ -48,7 +49,7 @@ def fence_problem() -> Optional[str]:
 def _make(name, device_dense, device_sparse, compression, sparse_as_dense, op,
           gradient_predivide_factor, groups, process_set=hvd.global_process_set):
     """Horovod's signature; a FusedReducer for a horovod_q8 compressor, else Horovod's own."""
-    from horovod_q8.tensorflow.compressor import Q8Compressor
+    from horovod_q8.tensorflow.compressor import Q8Compressor, agree
     from horovod_q8.tensorflow.fused import DEFAULT_FUSION_BYTES, FusedReducer
 
     def horovods_own(comp):
@@ -57,6 +58,8 @@ def _make(name, device_dense, device_sparse, compression, sparse_as_dense, op,
 
     # A tape is rebuilt every step (often inside the traced step): its state cannot be its own.
     transient = name == TAPE_NAME or not tf.executing_eagerly()
+    if not transient and process_set is hvd.global_process_set:  # every rank says what it compresses
+        agree(compression, "DistributedOptimizer")
     if not isinstance(compression, Q8Compressor):
         return horovods_own(compression)
     if getattr(_local, "off", False) or os.environ.get("HOROVOD_Q8_FUSED", "1") == "0":
@@ -105,7 +108,33 @@ def install() -> bool:
         return False
     _original = hvd._make_allreduce_grads_fn
     hvd._make_allreduce_grads_fn = _make
+    _wrap_allreduce()
     return True
+
+
+ALLREDUCE_PARAMETERS = ("tensor", "average", "device_dense", "device_sparse", "compression", "op",
+                        "prescale_factor", "postscale_factor", "name", "process_set", "ignore_name_scope")
+
+
+def _wrap_allreduce() -> None:
+    """hvd.allreduce: every rank states its compression the first time it uses it (agreement)."""
+    original = hvd.allreduce
+    if tuple(inspect.signature(original).parameters) != ALLREDUCE_PARAMETERS:
+        _LOG.warning("horovod_q8: horovod.tensorflow.allreduce is not the signature we know; ranks that "
+                     "disagree about compression there are caught by the watchdog only")
+        return
+
+    @functools.wraps(original)
+    def allreduce(tensor, *args, **kwargs):
+        from horovod_q8.tensorflow.compressor import agree
+
+        bound = inspect.signature(original).bind(tensor, *args, **kwargs)
+        bound.apply_defaults()
+        if bound.arguments["process_set"] is hvd.global_process_set:
+            agree(bound.arguments["compression"], "allreduce", once=True)
+        return original(tensor, *args, **kwargs)
+
+    hvd.allreduce = allreduce
 
 
 def installed() -> bool:

@@ -1,17 +1,14 @@
 """What the DDP hook and the Horovod frontend share: settings by name, seeds, the config check."""
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Union
 
 import torch
 
 from horovod_q8 import formats
-from horovod_q8.collective.setting import Setting, difference
+from horovod_q8.collective.agreement import ConfigMismatchError, check_same  # noqa: F401 (re-exported)
+from horovod_q8.collective.setting import Setting
 from horovod_q8.formats import layer_group
-
-
-class ConfigMismatchError(ValueError):
-    """Ranks were started with different compression settings."""
 
 
 def make_setting(compression: Union[str, Setting], **options) -> Setting:
@@ -35,11 +32,4 @@ def group_of(t: torch.Tensor) -> str:
     return layer_group(max(t.dim(), 1))
 
 
-def check_same(mine: dict, everyone: Sequence[dict], rank: int) -> None:
-    """Raise ConfigMismatchError naming the first rank whose fingerprint differs from mine."""
-    for other, theirs in enumerate(everyone):
-        if theirs != mine:
-            raise ConfigMismatchError(
-                f"horovod_q8: rank {rank} and rank {other} use different compression settings: "
-                f"{difference(mine, theirs)}. Start every rank with the same compression options.")
 

@@ -22,13 +22,12 @@ import torch
 from horovod_q8 import formats
 from horovod_q8.collective import engine, policy
 from horovod_q8.collective.setting import Setting
-from horovod_q8.torch import horovod_api
-from horovod_q8.torch.common import ConfigMismatchError, check_same, group_of, seed_for
+from horovod_q8.torch import horovod_api, hvd_agreement
+from horovod_q8.torch.common import ConfigMismatchError, group_of, seed_for
 from horovod_q8.torch.state import TorchResiduals
 from horovod_q8.torch.tensors import as_array, as_tensor, kernel_stream
 
 _LOG = logging.getLogger("horovod_q8")
-_CHECKED: set = set()
 _UNNAMED = itertools.count(1)
 _TRANSPORT: Dict[str, Any] = {}
 
@@ -145,13 +144,7 @@ def factor_from_control(control: torch.Tensor, n_ranks: int) -> float:
 
 def check_same_config(comp: Setting) -> None:
     """Once per setting and process: every rank must use exactly the same settings."""
-    if comp in _CHECKED:
-        return
-    import horovod.torch as hvd
-
-    mine = comp.fingerprint()
-    check_same(mine, hvd.allgather_object(mine, name="horovod_q8.config_check"), hvd.rank())
-    _CHECKED.add(comp)
+    hvd_agreement.agree(hvd_agreement.statement(comp), "compressor", once=True)
 
 
 def compressor(name: str = "q8", *, block_size: Optional[int] = None, rounding: Optional[str] = None,

@@ -16,7 +16,8 @@ import torch.distributed as dist
 
 from horovod_q8.collective import engine, policy
 from horovod_q8.collective.setting import Setting
-from horovod_q8.torch.common import check_same, group_of, make_setting, seed_for
+from horovod_q8.torch import dist_agreement
+from horovod_q8.torch.common import group_of, make_setting, seed_for
 from horovod_q8.torch.dist import DistTransport
 from horovod_q8.torch.state import TorchResiduals
 from horovod_q8.torch.tensors import as_array, as_tensor, kernel_stream
@@ -59,13 +60,11 @@ class Q8HookState:
         return self.residuals
 
     def check_config(self) -> None:
-        """Once: every rank must use the same setting (one all_gather_object, in bucket 0's hook)."""
+        """Once, in bucket 0's hook: every rank has this hook with the same setting (dist_agreement:
+        through the process group's store, bounded by HOROVOD_Q8_CHECK_TIMEOUT_S)."""
         if self._checked:
             return
-        mine = self.setting.fingerprint()
-        everyone: list = [None] * dist.get_world_size(self.process_group)
-        dist.all_gather_object(everyone, mine, group=self.process_group)
-        check_same(mine, everyone, dist.get_rank(self.process_group))
+        dist_agreement.agree(self.setting.fingerprint(), self.process_group)
         self._checked = True
 
     def maybe_increase_iter(self, bucket) -> None:

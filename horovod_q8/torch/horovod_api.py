@@ -20,6 +20,8 @@ import os
 import threading
 from typing import Callable, Dict, List, Optional
 
+from horovod_q8.torch import hvd_agreement
+
 _LOG = logging.getLogger("horovod_q8")
 _local = threading.local()  # the names the next compress() calls in this thread get, in order
 _originals: Dict[str, Callable] = {}
@@ -82,6 +84,14 @@ def fence_problem() -> Optional[str]:
     return None
 
 
+def _named(optimizer, named_parameters) -> list:
+    """(name, parameter) pairs as Horovod's optimizer names them."""
+    if named_parameters is not None:
+        return list(named_parameters)
+    return [(f"allreduce.noname.{i}.{j}", p) for i, g in enumerate(optimizer.param_groups)
+            for j, p in enumerate(g["params"])]
+
+
 def _is_ours(compression) -> bool:
     from horovod_q8.torch.compressor import Q8Compressor
     return isinstance(compression, Q8Compressor)
@@ -112,6 +122,11 @@ def install() -> bool:
         if _is_ours(compression) and os.environ.get("HOROVOD_Q8_FUSED", "1") != "0":
             from horovod_q8.torch.optimizer import from_horovod_arguments
             return from_horovod_arguments(optimizer, named_parameters, compression, *args, **kwargs)
+        process_set = kwargs.get("process_set", args[6] if len(args) > 6 else None)
+        named = _named(optimizer, named_parameters)  # a generator is read once: pass the list on
+        named_parameters = None if named_parameters is None else named
+        if hvd_agreement.is_global(process_set):  # every rank, whatever it compresses, says so
+            hvd_agreement.agree(hvd_agreement.statement(compression, named), "DistributedOptimizer")
         return o["DistributedOptimizer"](optimizer, named_parameters, compression, *args, **kwargs)
 
     def allreduce_grad_async(self, p):
@@ -122,12 +137,18 @@ def install() -> bool:
         return _with_names([self._parameter_names.get(p) for p in ps],
                            o["_DistributedOptimizer._grouped_allreduce_grad_async"], self, ps)
 
+    def agree_once(compression, args, kwargs) -> None:
+        if hvd_agreement.is_global(kwargs.get("process_set", args[3] if len(args) > 3 else None)):
+            hvd_agreement.agree(hvd_agreement.statement(compression), "allreduce", once=True)
+
     @functools.wraps(o["allreduce"])
     def allreduce(tensor, average=None, name=None, compression=hvd.Compression.none, *args, **kwargs):
+        agree_once(compression, args, kwargs)
         return _with_names([name], o["allreduce"], tensor, average, name, compression, *args, **kwargs)
 
     @functools.wraps(o["grouped_allreduce"])
     def grouped_allreduce(tensors, average=None, name=None, compression=hvd.Compression.none, *args, **kwargs):
+        agree_once(compression, args, kwargs)
         names = [None if name is None else f"{name}.{i}" for i in range(len(tensors))]
         return _with_names(names, o["grouped_allreduce"], tensors, average, name, compression, *args, **kwargs)
 

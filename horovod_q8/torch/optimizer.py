@@ -19,7 +19,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from horovod_q8.collective import engine, policy
-from horovod_q8.torch.common import check_same, seed_for
+from horovod_q8.torch import hvd_agreement
+from horovod_q8.torch.common import seed_for
 from horovod_q8.torch.compressor import Q8Compressor
 from horovod_q8.torch.state import TorchResiduals
 from horovod_q8.torch.tensors import as_array, as_tensor, kernel_stream
@@ -75,10 +76,7 @@ class Reducer:
             self._check_config(named)
 
     def _check_config(self, named) -> None:
-        mine = {"setting": self.setting.fingerprint(),
-                "parameters": [[name, list(p.shape)] for name, p in named]}
-        check_same(mine, self.hvd.allgather_object(mine, name=f"horovod_q8.config_check.{self.prefix}"),
-                   self.hvd.rank())
+        hvd_agreement.agree(hvd_agreement.statement(self.setting, named), "DistributedOptimizer")
 
     def store(self, device: torch.device) -> TorchResiduals:
         if str(device) not in self.stores:

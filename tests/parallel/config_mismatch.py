@@ -1,9 +1,10 @@
 """Under horovodrun: ranks with different compression settings must stop with a clear error.
 
 argv[1] = "block" (rank 1 uses another block size), "format" (rank 1 uses q4), "min_size"
-(rank 1 would not compress this tensor at all): ConfigMismatchError on every rank, printed as
-MISMATCH-DETECTED. "horovod_none" (rank 1 uses Horovod's own none, so our code never runs
-there): the job must end (Horovod's stall inspector, defaulted by horovod_q8) instead of hanging.
+(rank 1 would not compress this tensor at all), "horovod_none" (rank 1 uses Horovod's own none in
+hvd.allreduce), "optimizer_none" (the same in hvd.DistributedOptimizer): ConfigMismatchError on
+every rank, printed as MISMATCH-DETECTED. "horovod_unwrapped" (rank 1 calls Horovod's allreduce
+directly, as a script without horovod_q8 would): rank 0's watchdog ends the job with a message.
 """
 from __future__ import annotations
 
@@ -20,13 +21,20 @@ if sys.argv[1] == "block":
     comp = compressor("q8", block_size=1024 if hvd.rank() == 0 else 512)
 elif sys.argv[1] == "min_size":
     comp = compressor("q8", min_size=1024 if hvd.rank() == 0 else 100_000)
-elif sys.argv[1] == "horovod_none":
+elif sys.argv[1] in ("horovod_none", "horovod_unwrapped", "optimizer_none"):
     comp = compressor("q8") if hvd.rank() == 0 else hvd.Compression.none
 else:
     comp = compressor("q8" if hvd.rank() == 0 else "q4")
 x = tf.constant(np.ones(5000, np.float32))
 try:
-    tf.function(lambda t: hvd.allreduce(t, compression=comp))(x)
+    if sys.argv[1] == "horovod_unwrapped" and hvd.rank() == 1:
+        from horovod.tensorflow import mpi_ops
+        tf.function(lambda t: mpi_ops._allreduce(t))(x)
+    elif sys.argv[1] == "optimizer_none":
+        import horovod.tensorflow.keras as hvd_keras
+        hvd_keras.DistributedOptimizer(tf.keras.optimizers.SGD(0.1), compression=comp)
+    else:
+        tf.function(lambda t: hvd.allreduce(t, compression=comp))(x)
 except ConfigMismatchError as e:
     print(f"MISMATCH-DETECTED rank {hvd.rank()}: {e}", flush=True)
     sys.exit(0)

@@ -1,0 +1,40 @@
+"""horovod.torch ranks agree on their compression (`collective.agreement` over Horovod's
+allgather_object): at each optimizer built, at the first allreduce with each compression."""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Optional, Sequence
+
+from horovod_q8.collective.agreement import Agreements, describe
+
+AGREEMENTS = Agreements()
+
+
+def _gather(obj: Any, name: str) -> list:
+    import horovod.torch as hvd
+    return hvd.allgather_object(obj, name=name)
+
+
+def statement(compression: Any, parameters: Optional[Sequence] = None) -> dict:
+    """What this rank will do: its compression and, for an optimizer, a digest of its parameters."""
+    out = {"compression": describe(compression)}
+    if parameters is not None:
+        digest = hashlib.sha256(json.dumps([[n, list(p.shape)] for n, p in parameters]).encode()).hexdigest()
+        out["parameters"] = f"{len(parameters)} tensors, shapes and names {digest[:12]}"
+    return out
+
+
+def agree(mine: dict, label: str, once: bool = False) -> None:
+    """Every rank states `mine` at `label` (the first time only, with once); differences raise
+    ConfigMismatchError on every rank, a rank that never comes ends the job after the timeout."""
+    import horovod.torch as hvd
+
+    if hvd.size() < 2:
+        return
+    (AGREEMENTS.once if once else AGREEMENTS.agree)(_gather, hvd.rank(), mine, label)
+
+
+def is_global(process_set: Any) -> bool:
+    import horovod.torch as hvd
+    return process_set is None or process_set is hvd.global_process_set
