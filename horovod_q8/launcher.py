@@ -21,7 +21,9 @@ import unicodedata
 from importlib import resources
 from pathlib import Path
 from string import Template
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from horovod_q8.errors import UserError
 
 TEMPLATES = ("horovodrun_gloo.sh", "horovodrun_mpi.sh", "mpirun_ompi4_ib.sh", "mpirun_ompi5_ucx.sh",
              "slurm_srun.sbatch", "slurm_mpirun.sbatch", "hostfile")
@@ -32,7 +34,34 @@ _HOST = re.compile(r"^[A-Za-z0-9_.@-]+$")
 _SLURM_TIME = re.compile(r"^(\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|UNLIMITED|INFINITE)$")
 
 
-class LaunchError(ValueError):
+# The placeholders each option fills. A template whose commands use none of an option's
+# placeholders would drop that option without a word, so the option is refused there.
+OPTION_SLOTS: Dict[str, Tuple[str, ...]] = {
+    "--nodes": ("NP", "NODES", "HOST_LINES"),  # hostfile: checked against the hosts' count
+    "--gpus-per-node": ("NP", "GPUS_PER_NODE", "HOSTS", "HOST_LINES"),
+    "--hosts": ("HOSTS", "HOST_LINES"),
+    "--hostfile": ("HOSTS", "HOST_LINES"),
+    "--iface": ("IFACE",),
+    "--ib-device": ("IB_DEVICE",),
+    "--env": ("EXPORTS", "MPI_ENV"),
+    "--mpi-arg": ("MPI_EXTRA",),
+    "--no-gpus": ("SBATCH_GPUS",),
+    "--job-name": ("JOB_NAME",),
+    "--time": ("TIME",),
+    "the command after --": ("COMMAND",),
+}
+# What to do instead, where there is something.
+_INSTEAD = {
+    "--mpi-arg": "horovodrun and srun take no mpirun arguments",
+    "--hosts": "Slurm chooses the hosts: give --nodes",
+    "--hostfile": "Slurm chooses the hosts: give --nodes",
+    "--ib-device": "give --env NCCL_IB_HCA=<device> instead",
+}
+DEFAULT_JOB_NAME = "horovod_q8"
+DEFAULT_TIME = "01:00:00"
+
+
+class LaunchError(UserError, ValueError):
     """A template or its values are wrong; nothing was started."""
 
 
@@ -49,6 +78,41 @@ def template_text(name: str) -> str:
 def placeholders(text: str) -> List[str]:
     """The placeholder names a template uses (comments included, so they are documented)."""
     return sorted(set(_PLACEHOLDER.findall(text)))
+
+
+def slots(name: str) -> List[str]:
+    """The placeholders a template's commands and directives use (comments left out)."""
+    return placeholders("".join(line for line in template_text(name).splitlines(True)
+                                if not is_comment(line)))
+
+
+def templates_taking(option: str) -> List[str]:
+    """The templates that have a place for `option` (a key of OPTION_SLOTS)."""
+    return [t for t in TEMPLATES if set(OPTION_SLOTS[option]) & set(slots(t))]
+
+
+def given_options(args: argparse.Namespace) -> List[str]:
+    """The OPTION_SLOTS keys the user gave (not left at their default)."""
+    given = {"--nodes": args.nodes is not None, "--gpus-per-node": args.gpus_per_node is not None,
+             "--hosts": bool(args.hosts), "--hostfile": bool(args.hostfile), "--iface": bool(args.iface),
+             "--ib-device": bool(args.ib_device), "--env": bool(args.env), "--mpi-arg": bool(args.mpi_arg),
+             "--no-gpus": args.no_gpus, "--job-name": args.job_name is not None,
+             "--time": args.time is not None, "the command after --": bool(getattr(args, "command", None))}
+    return [option for option in OPTION_SLOTS if given[option]]
+
+
+def refuse_unused(template: str, args: argparse.Namespace) -> None:
+    """Refuse every given option that `template` has no place for, naming the ones that do."""
+    have = set(slots(template))
+    lines = []
+    for option in given_options(args):
+        if have & set(OPTION_SLOTS[option]):
+            continue
+        hint = f"; {_INSTEAD[option]}" if option in _INSTEAD else ""
+        lines.append(f"{option} has no place in {template}, it would be dropped (templates that take it: "
+                     f"{', '.join(templates_taking(option)) or 'none'}{hint})")
+    if lines:
+        raise LaunchError("\n".join(lines))
 
 
 def is_comment(line: str) -> bool:
@@ -158,6 +222,15 @@ def _hosts(args: argparse.Namespace) -> List[str]:
     return [host_name(h) for h in hosts]
 
 
+def merge_hosts(hosts: List[str]) -> Dict[str, int]:
+    """Each host once, in first-seen order, with how often it was named: OpenMPI refuses a
+    hostfile that gives one host's slots on two lines, so their slots are added instead."""
+    counts: Dict[str, int] = {}
+    for h in hosts:
+        counts[h] = counts.get(h, 0) + 1
+    return counts
+
+
 def positive(option: str, value: Optional[int]) -> Optional[int]:
     """value, refused unless it is None (not given) or a whole number of at least 1."""
     if value is not None and value < 1:
@@ -186,29 +259,34 @@ def _env(items: List[str]) -> List[List[str]]:
 
 def values_from_args(args: argparse.Namespace) -> Dict[str, Optional[str]]:
     """Placeholder values from the command-line options, quoted for the shell."""
+    refuse_unused(args.template, args)
     positive("--nodes", args.nodes)
     gpus = positive("--gpus-per-node", args.gpus_per_node)
-    hosts = _hosts(args)
+    named = _hosts(args)
+    hosts = merge_hosts(named)
     if hosts and args.nodes and len(hosts) != args.nodes:
-        raise LaunchError(f"--nodes {args.nodes} but {len(hosts)} hosts given")
+        twice = [f"{h} named {n} times" for h, n in hosts.items() if n > 1]
+        raise LaunchError(f"--nodes {args.nodes} but {len(hosts)} hosts given"
+                          + (f" ({', '.join(twice)}: one host, its slots added)" if twice else ""))
     nodes = args.nodes or len(hosts) or None
+    np_ = len(named) * gpus if hosts and gpus else (nodes * gpus if nodes and gpus else None)
     env = _env(args.env)
     iface = one_line("--iface", args.iface) if args.iface else None
     ib_device = one_line("--ib-device", args.ib_device) if args.ib_device else None
     return {
-        "NP": str(nodes * gpus) if nodes and gpus else None,
+        "NP": str(np_) if np_ else None,
         "NODES": str(nodes) if nodes else None,
         "GPUS_PER_NODE": str(gpus) if gpus else None,
-        "HOSTS": ",".join(f"{h}:{gpus}" for h in hosts) if hosts and gpus else None,
-        "HOST_LINES": "\n".join(f"{h} slots={gpus}" for h in hosts) if hosts and gpus else None,
+        "HOSTS": ",".join(f"{h}:{gpus * n}" for h, n in hosts.items()) if hosts and gpus else None,
+        "HOST_LINES": "\n".join(f"{h} slots={gpus * n}" for h, n in hosts.items()) if hosts and gpus else None,
         "IFACE": shlex.quote(iface) if iface else None,
         "IB_DEVICE": shlex.quote(ib_device) if ib_device else None,
         "EXPORTS": "\n".join(f"export {k}={shell_word(v)}" for k, v in env),
         "MPI_ENV": " ".join(f"-x {shell_word(k + '=' + v)}" for k, v in env),
         "MPI_EXTRA": shell_words(args.mpi_arg),
         "SBATCH_GPUS": "" if args.no_gpus else (f"#SBATCH --gpus-per-node={gpus}" if gpus else None),
-        "JOB_NAME": shlex.quote(one_line("--job-name", args.job_name)),
-        "TIME": slurm_time(args.time),
+        "JOB_NAME": shlex.quote(one_line("--job-name", DEFAULT_JOB_NAME if args.job_name is None else args.job_name)),
+        "TIME": slurm_time(DEFAULT_TIME if args.time is None else args.time),
         "COMMAND": shell_words(args.command) if args.command else None,
     }
 
@@ -218,15 +296,15 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("template", help=f"one of: {', '.join(TEMPLATES)}")
     p.add_argument("--nodes", type=int)
     p.add_argument("--gpus-per-node", type=int, help="processes per node")
-    p.add_argument("--hosts", help="comma-separated host names")
+    p.add_argument("--hosts", help="comma-separated host names; a host named twice gets the slots of both")
     p.add_argument("--hostfile", help="OpenMPI hostfile to take the hosts from")
     p.add_argument("--iface", help="network interface between hosts (eth0, ib0, lo)")
     p.add_argument("--ib-device", help="InfiniBand HCA for NCCL / UCX, e.g. mlx5_0")
     p.add_argument("--env", action="append", default=[], help="VAR=value for every rank")
     p.add_argument("--mpi-arg", action="append", default=[], help="extra mpirun argument; write --mpi-arg=--flag")
     p.add_argument("--no-gpus", action="store_true", help="Slurm: ask for no GPUs (CPU-only nodes)")
-    p.add_argument("--job-name", default="horovod_q8")
-    p.add_argument("--time", default="01:00:00")
+    p.add_argument("--job-name", help=f"Slurm (default {DEFAULT_JOB_NAME})")
+    p.add_argument("--time", help=f"Slurm (default {DEFAULT_TIME})")
     p.add_argument("--dry-run", action="store_true", help="print the rendered script, run nothing")
     p.epilog = "End the options with --, then give the training command."
     return p

@@ -11,12 +11,21 @@ import pytest
 from horovod_q8 import launcher
 from horovod_q8.startup import check_world_size, launcher_world_size
 
-FULL = ["--nodes", "2", "--gpus-per-node", "4", "--hosts", "node1,node2", "--iface", "eth0",
-        "--ib-device", "mlx5_0", "--env", "MSG=hello world; rm -rf /", "--mpi-arg=--report-bindings"]
+OPTIONS = {"--nodes": ["--nodes", "2"], "--gpus-per-node": ["--gpus-per-node", "4"],
+           "--hosts": ["--hosts", "node1,node2"], "--iface": ["--iface", "eth0"],
+           "--ib-device": ["--ib-device", "mlx5_0"], "--env": ["--env", "MSG=hello world; rm -rf /"],
+           "--mpi-arg": ["--mpi-arg=--report-bindings"]}
 CMD = ["horovod-q8", "train", "imagenet", "--data-dir", "/data/my images", "--compression", "q8"]
 
 
-def render(template, options=FULL, command=CMD):
+def full(template):
+    """Every option of OPTIONS that the template takes (the others are refused)."""
+    return [w for option, words in OPTIONS.items() if template in launcher.templates_taking(option) for w in words]
+
+
+def render(template, options=None, command=CMD):
+    options = full(template) if options is None else options
+    command = [] if template == "hostfile" else command
     args = launcher.build_parser().parse_args([template, *options])
     args.command = command
     return launcher.render(template, launcher.values_from_args(args))
@@ -67,11 +76,11 @@ def test_bad_input_is_a_clear_error(tmp_path):
     with pytest.raises(launcher.LaunchError, match="needs values for .*IB_DEVICE"):
         render("mpirun_ompi4_ib.sh", ["--nodes", "2", "--gpus-per-node", "1", "--hosts", "a,b", "--iface", "eth0"])
     with pytest.raises(launcher.LaunchError, match="needs values for COMMAND"):
-        render("horovodrun_gloo.sh", FULL, [])
+        render("horovodrun_gloo.sh", full("horovodrun_gloo.sh"), [])
     with pytest.raises(launcher.LaunchError, match="--nodes 3 but 2 hosts"):
         render("hostfile", ["--nodes", "3", "--gpus-per-node", "1", "--hosts", "a,b"])
     with pytest.raises(launcher.LaunchError, match="VAR=value"):
-        render("horovodrun_gloo.sh", FULL + ["--env", "no-equals"])
+        render("horovodrun_gloo.sh", full("horovodrun_gloo.sh") + ["--env", "no-equals"])
     with pytest.raises(launcher.LaunchError, match="does not exist"):
         render("hostfile", ["--gpus-per-node", "1", "--hostfile", str(tmp_path / "none")])
     hf = tmp_path / "hosts"
@@ -81,7 +90,8 @@ def test_bad_input_is_a_clear_error(tmp_path):
 
 def test_cli_dry_run_and_errors():
     base = [sys.executable, "-m", "horovod_q8.cli", "launch"]
-    ok = subprocess.run(base + ["horovodrun_gloo.sh", *FULL, "--dry-run", "--", *CMD], capture_output=True, text=True)
+    ok = subprocess.run(base + ["horovodrun_gloo.sh", *full("horovodrun_gloo.sh"), "--dry-run", "--", *CMD],
+                        capture_output=True, text=True)
     assert ok.returncode == 0 and "horovodrun --gloo -np 8" in ok.stdout, ok.stderr
     bad = subprocess.run(base + ["horovodrun_gloo.sh", "--dry-run"], capture_output=True, text=True)
     assert bad.returncode == 2 and "needs values for" in bad.stderr
@@ -106,8 +116,9 @@ TRAIN = [sys.executable, "-m", "horovod_q8.workloads.train", "mnist", "--synthet
 ])
 def test_rendered_local_launch_trains(template, extra, tmp_path):
     from test_parallel import horovodrun
+    ib = ["--ib-device", "mlx5_0"] if template.startswith("mpirun") else []
     script = render(template, ["--nodes", "1", "--gpus-per-node", "2", "--hosts", "localhost",
-                               "--iface", "lo", "--ib-device", "mlx5_0", *extra], TRAIN)
+                               "--iface", "lo", *ib, *extra], TRAIN)
     bindir = os.path.dirname(horovodrun())
     env = dict(os.environ, PATH=bindir + os.pathsep + os.environ["PATH"], TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=600, env=env)

@@ -21,6 +21,15 @@ from horovod_q8 import launcher
 SCRIPTS = [t for t in launcher.TEMPLATES if t != "hostfile"]
 BASE = ["--nodes", "1", "--gpus-per-node", "2", "--hosts", "localhost", "--iface", "lo",
         "--ib-device", "mlx5_0"]
+
+
+def base(template: str) -> list:
+    """BASE less what the template refuses: hosts under Slurm, the HCA for horovodrun, the
+    interfaces for a hostfile."""
+    drop = {"--hosts"} if template.endswith(".sbatch") else set()
+    drop |= {"--ib-device"} if template.startswith("horovodrun") else set()
+    drop |= {"--iface", "--ib-device"} if template == "hostfile" else set()
+    return [w for opt, value in zip(BASE[::2], BASE[1::2]) if opt not in drop for w in (opt, value)]
 STUB = """#!/bin/bash
 name=$(basename "$0")
 printf '%s\\0' "$@" > "$HQ8_STUB_DIR/$name.argv"
@@ -92,9 +101,9 @@ NOT_HOST = "is not a host name"
 def test_one_line_values_with_control_characters_are_refused(template, options, message, stubs, tmp_path):
     env, rec = stubs
     marker = tmp_path / "pwned"
-    opts = [template, *BASE, *[o.replace("{m}", str(marker)) for o in options]]
+    opts = [template, *base(template), *[o.replace("{m}", str(marker)) for o in options]]
     for dry_run in (True, False):
-        proc = launch(opts, ["true"], env, dry_run)
+        proc = launch(opts, [] if template == "hostfile" else ["true"], env, dry_run)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert proc.stdout == "" and re.search("horovod-q8 launch: " + message, proc.stderr), proc.stderr
     assert not marker.exists() and not list(rec.iterdir())  # nothing ran
@@ -121,7 +130,7 @@ def test_hostfile_entries_must_be_host_names(tmp_path):
 
 def test_render_keeps_values_out_of_comments_and_off_other_lines():
     """render() itself, given raw values that skipped the option checks, still refuses."""
-    args = launcher.build_parser().parse_args(["slurm_srun.sbatch", *BASE])
+    args = launcher.build_parser().parse_args(["slurm_srun.sbatch", *base("slurm_srun.sbatch")])
     args.command = ["true"]
     values = launcher.values_from_args(args)
     with pytest.raises(launcher.LaunchError, match="TIME has several lines"):
@@ -141,7 +150,8 @@ def test_hostile_words_reach_the_command_exactly_and_run_nothing(template, stubs
     marker = tmp_path / "pwned"
     bad = hostile(marker)
     command = ["true", bad, "it's", "$HOME", ""]  # the stub srun runs `true` with these
-    opts = [template, *BASE, "--env", "MSG=" + bad, "--mpi-arg=--tag=" + bad]
+    mpi_arg = ["--mpi-arg=--tag=" + bad] if template in launcher.templates_taking("--mpi-arg") else []
+    opts = [template, *base(template), "--env", "MSG=" + bad, *mpi_arg]
     dry = launch(opts, command, env, dry_run=True)
     assert dry.returncode == 0, dry.stderr
     subprocess.run(["bash", "-n"], input=dry.stdout, text=True, check=True)
@@ -170,7 +180,7 @@ def test_multiline_python_c_runs_the_exact_program(stubs, tmp_path):
     out = tmp_path / "argv.json"
     words = ["a b", "it's", "$HOME", "tab\there", "two\nlines", "", "\x1b[31m", "é \u2028"]
     command = [sys.executable, "-c", PROGRAM, str(out), *words]
-    args = launcher.build_parser().parse_args(["slurm_srun.sbatch", *BASE, "--no-gpus"])
+    args = launcher.build_parser().parse_args(["slurm_srun.sbatch", *base("slurm_srun.sbatch"), "--no-gpus"])
     args.command = command
     script = launcher.render("slurm_srun.sbatch", launcher.values_from_args(args))
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
@@ -186,7 +196,7 @@ def test_multiline_python_c_runs_the_exact_program(stubs, tmp_path):
                                           ("--nodes", "0"), ("--nodes", "-2")])
 def test_counts_must_be_positive(option, value, stubs):
     env, _ = stubs
-    opts = ["mpirun_ompi4_ib.sh", *BASE, option, value]
+    opts = ["mpirun_ompi4_ib.sh", *base("mpirun_ompi4_ib.sh"), option, value]
     args = launcher.build_parser().parse_args(opts)
     args.command = ["true"]
     with pytest.raises(launcher.LaunchError, match=f"{option} must be a whole number of at least 1, got {value}"):
