@@ -9,12 +9,15 @@ import math
 import numbers
 from typing import Any, Optional, Sequence
 
-# The compressor options that `check_compressor` reads, with their defaults.
+# The collectives' schedules (collective/plan.py runs them; docs/design.md): "auto" picks
+# allgather for N <= 2 ranks, else two-phase.
+SCHEDULES = ("auto", "two_phase", "allgather")
+# The compressor options that `collective.setting.check_compressor` reads, with their defaults.
 COMPRESSOR_OPTIONS = {"min_size": 1024, "error_feedback": None, "warmup_steps": 0,
                       "schedule": "auto", "pipeline_elements": 0}
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     return f"{value!r} ({type(value).__name__})"
 
 
@@ -28,7 +31,7 @@ def require_int(name: str, value: Any, minimum: int = 0, maximum: Optional[int] 
     """`value` if it is an int in [minimum, maximum]; else a ValueError naming `name`."""
     top = "" if maximum is None else f" and <= {maximum}"
     if not is_int(value) or value < minimum or (maximum is not None and value > maximum):
-        raise ValueError(f"{name} must be an int >= {minimum}{top}, got {_shown(value)}")
+        raise ValueError(f"{name} must be an int >= {minimum}{top}, got {shown(value)}")
     return value
 
 
@@ -36,43 +39,29 @@ def require_positive(name: str, value: Any) -> float:
     """`value` as a float if it is a finite real number > 0 (not a bool, not a string)."""
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
     if not ok or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {_shown(value)}")
+        raise ValueError(f"{name} must be a finite number > 0, got {shown(value)}")
     return float(value)
 
 
 def require_choice(name: str, value: Any, choices: Sequence[str]) -> str:
     """`value` if it is one of `choices`."""
     if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name} must be one of {tuple(choices)}, got {_shown(value)}")
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {shown(value)}")
     return value
 
 
 def require_bool_or_none(name: str, value: Any, none_means: str) -> Optional[bool]:
     """`value` if it is True, False or None; a string such as "no" would be truthy."""
     if value is not None and not isinstance(value, bool):
-        raise ValueError(f"{name} must be True, False or None ({none_means}), got {_shown(value)}")
+        raise ValueError(f"{name} must be True, False or None ({none_means}), got {shown(value)}")
     return value
 
 
 def check_compressor_options(min_size: Any = 1024, error_feedback: Any = None, warmup_steps: Any = 0,
                              schedule: Any = "auto", pipeline_elements: Any = 0) -> None:
     """Refuse compressor options that are not what they claim to be (ValueError)."""
-    # Imported here: formats.spec imports this module, so a top-level import would be a cycle.
-    from horovod_q8.collective.plan import SCHEDULES
-
     require_int("min_size", min_size)
     require_int("warmup_steps", warmup_steps)
     require_int("pipeline_elements", pipeline_elements)
     require_bool_or_none("error_feedback", error_feedback, "on for threshold formats only")
     require_choice("schedule", schedule, SCHEDULES)
-
-
-def check_compressor(comp: Any) -> None:
-    """Check a compressor object: its `format` is a Format, its options as above."""
-    from horovod_q8.formats.spec import Format
-
-    fmt = getattr(comp, "format", None)
-    if not isinstance(fmt, Format):
-        raise ValueError(f"format must be a horovod_q8.formats.Format (see formats.get), "
-                         f"got {_shown(fmt)}")
-    check_compressor_options(**{k: getattr(comp, k, v) for k, v in COMPRESSOR_OPTIONS.items()})

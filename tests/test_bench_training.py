@@ -49,7 +49,7 @@ def test_runs_on_loopback_and_prints_the_table():
 def test_steady_rate_leaves_out_the_time_between_epochs():
     """Validation between epochs is not a training step: with it counted, every compression's
     steps would grow by the same time and their ratios move towards 1."""
-    from horovod_q8.workloads.train import steady_rate
+    from horovod_q8.workloads.common import steady_rate
 
     one_epoch = [[0.0, 1.0, 2.0, 2.5, 3.0]]  # the first 2 batches skipped: 2 steps in 1 s
     assert steady_rate(one_epoch, 8) == pytest.approx(16.0)

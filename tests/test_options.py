@@ -9,7 +9,9 @@ from fractions import Fraction
 import pytest
 
 from horovod_q8 import options
-from horovod_q8.collective.plan import SCHEDULES
+from horovod_q8.collective.plan import ALLGATHER, TWO_PHASE
+from horovod_q8.collective.setting import check_compressor
+from horovod_q8.options import SCHEDULES
 from horovod_q8.formats import Format, get, names
 
 INF, NAN = float("inf"), float("nan")
@@ -180,14 +182,18 @@ def test_good_compressor_options_pass(kw):
     options.check_compressor_options(**kw)
 
 
+def test_the_schedules_accepted_are_the_ones_the_plan_runs():
+    assert SCHEDULES == ("auto", TWO_PHASE, ALLGATHER)
+
+
 def test_check_compressor_reads_the_object_and_needs_a_format():
     comp = types.SimpleNamespace(format=get("q8"), **options.COMPRESSOR_OPTIONS)
-    options.check_compressor(comp)
+    check_compressor(comp)
     comp.error_feedback = "no"
     with pytest.raises(ValueError, match="error_feedback"):
-        options.check_compressor(comp)
+        check_compressor(comp)
     with pytest.raises(ValueError, match="format must be a horovod_q8.formats.Format"):
-        options.check_compressor(types.SimpleNamespace(format="q8", **options.COMPRESSOR_OPTIONS))
+        check_compressor(types.SimpleNamespace(format="q8", **options.COMPRESSOR_OPTIONS))
 
 
 def test_the_tensorflow_compressor_runs_the_checks():

@@ -162,7 +162,7 @@ def test_error_feedback_flag(argv, problem):
 
 
 def test_epoch_seeds_are_distinct():
-    from horovod_q8.workloads.train import SEED_MAX, epoch_seed
+    from horovod_q8.workloads.common import SEED_MAX, epoch_seed
 
     seeds = {epoch_seed(s, e) for s in (0, 1, SEED_MAX) for e in range(1000)}
     assert len(seeds) == 3000 and max(seeds) < 2 ** 53

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from horovod_q8.bench.common import READBACK
+from horovod_q8.bench.common import READBACK, label
 
 ALL = ["none", "fp16", "q8", "q8_linear", "q8_mantissa", "q8_static_tree", "q4", "q4_threshold",
        "twobit"]
@@ -42,10 +42,6 @@ def resnet50_shapes() -> List[tuple]:
     import tensorflow as tf
     m = tf.keras.applications.ResNet50(weights=None)
     return [tuple(v.shape) for v in m.trainable_variables]
-
-
-def label(name: str, pipeline_elements: int) -> str:
-    return f"{name}/p{pipeline_elements}" if pipeline_elements else name
 
 
 def run(args: argparse.Namespace) -> None:

@@ -157,7 +157,7 @@ def run(elements: int, names: List[tuple], repeats: int, back: str = "one") -> D
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
-    from horovod_q8.bench.allreduce import label as row_label
+    from horovod_q8.bench.common import label as row_label
     from horovod_q8.bench.common import machine, markdown, round_ratios, rounds
 
     x = tf.constant(np.random.default_rng(hvd.rank()).standard_normal(elements).astype(np.float32))

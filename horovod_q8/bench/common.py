@@ -53,6 +53,11 @@ def round_ratios(times: Dict[str, List[float]], base: str) -> Dict[str, Tuple[fl
 READBACK = ("one", "all")
 
 
+def label(name: str, pipeline_elements: int) -> str:
+    """A table row's name: the compression, and its piece size when it is sent in pieces."""
+    return f"{name}/p{pipeline_elements}" if pipeline_elements else name
+
+
 def readback(result, mode: str = "one"):
     """Wait for a tf.function's result: "one" reads back one element of its last tensor (eager
     execution is synchronous, so the call has finished; the read keeps that true under async

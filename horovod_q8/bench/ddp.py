@@ -162,7 +162,7 @@ def _worker(rank: int, size: int, init: str, args, where: str) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from horovod_q8.workloads.train import refuse
+    from horovod_q8.workloads.common import refuse
 
     refuse(problems(args), build_parser)
     size_env = os.environ.get("OMPI_COMM_WORLD_SIZE")

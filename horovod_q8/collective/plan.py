@@ -18,9 +18,9 @@ import numpy as np
 
 from horovod_q8 import backends
 from horovod_q8.formats import Format
+from horovod_q8.options import SCHEDULES
 
 TWO_PHASE, ALLGATHER = "two_phase", "allgather"
-SCHEDULES = ("auto", TWO_PHASE, ALLGATHER)
 ALIGN = 8  # chunk boundaries on whole bytes for every packing
 
 

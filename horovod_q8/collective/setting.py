@@ -4,10 +4,19 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from horovod_q8 import formats
-from horovod_q8.options import check_compressor
+from horovod_q8.options import COMPRESSOR_OPTIONS, check_compressor_options, shown
+
+
+def check_compressor(comp: Any) -> None:
+    """Check a compressor object: its `format` is a Format, its options as options.py checks them."""
+    fmt = getattr(comp, "format", None)
+    if not isinstance(fmt, formats.Format):
+        raise ValueError(f"format must be a horovod_q8.formats.Format (see formats.get), "
+                         f"got {shown(fmt)}")
+    check_compressor_options(**{k: getattr(comp, k, v) for k, v in COMPRESSOR_OPTIONS.items()})
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ tapes built with a horovod_q8 compressor reduce their gradients in fused buckets
 from horovod_q8.formats import COMPRESSION_NAMES
 from horovod_q8.tensorflow import horovod_api
 from horovod_q8.tensorflow.compressor import ConfigMismatchError, Q8Compressor, compressor
-from horovod_q8.tensorflow.fused import FusedReducer, state_of
-from horovod_q8.tensorflow.state import CompressionState
+from horovod_q8.tensorflow.fused import FusedReducer
+from horovod_q8.tensorflow.state import CompressionState, state_of
 from horovod_q8.tensorflow.tape import DistributedGradientTape
 
 horovod_api.install()

@@ -110,12 +110,3 @@ def shared_state(compression: Q8Compressor, name: str, sources=None) -> Compress
     outlives the reducers and two models never share it."""
     key = None if sources is None else tuple(v.ref() for v in sources)
     return _SHARED.setdefault((compression, name, key), CompressionState())
-
-
-def state_of(wrapped) -> CompressionState:
-    """The CompressionState of a horovod_q8-reduced optimizer or tape (to checkpoint it)."""
-    state = getattr(getattr(wrapped, "_allreduce_grads", None), "state", None)
-    if not isinstance(state, CompressionState):
-        raise TypeError(f"{type(wrapped).__name__} does not reduce through horovod_q8 "
-                        "(build it with compression=a horovod_q8 compressor)")
-    return state

@@ -67,6 +67,16 @@ def _variable(table, slot: str, initial) -> tf.Variable:
     return var
 
 
+def state_of(wrapped) -> CompressionState:
+    """The CompressionState of a horovod_q8-reduced optimizer or tape (to checkpoint it): its
+    reducer's (fused.FusedReducer) `state`."""
+    state = getattr(getattr(wrapped, "_allreduce_grads", None), "state", None)
+    if not isinstance(state, CompressionState):
+        raise TypeError(f"{type(wrapped).__name__} does not reduce through horovod_q8 "
+                        "(build it with compression=a horovod_q8 compressor)")
+    return state
+
+
 def elastic_keras_state(model, optimizer=None, **kwargs):
     """`hvd.elastic.KerasState(model, optimizer, **kwargs)` that also commits and restores the
     optimizer's CompressionState, which Horovod's own leaves out (it saves `model.variables`
@@ -79,8 +89,6 @@ def elastic_keras_state(model, optimizer=None, **kwargs):
 def _elastic_keras_state_class():
     import horovod.tensorflow as hvd
     from horovod.tensorflow.keras.elastic import KerasState
-
-    from horovod_q8.tensorflow.fused import state_of
 
     class Q8KerasState(KerasState):
         """Horovod's KerasState plus the optimizer's CompressionState."""

@@ -14,7 +14,7 @@ from typing import List, Optional
 
 from horovod_q8.formats import COMPRESSION_NAMES
 from horovod_q8.workloads.datasets import FASHION_MNIST_DIR
-from horovod_q8.workloads.train import number_problems, refuse
+from horovod_q8.workloads.common import number_problems, refuse
 
 MINIMUMS = (("np", 2, "one process sends nothing, so every compression would look alike"),
             ("epochs", 1, "0 trains and evaluates nothing"))

@@ -34,7 +34,7 @@ import time
 from typing import List, Optional
 
 from horovod_q8.formats import COMPRESSION_NAMES, CODEBOOK, get
-from horovod_q8.workloads.train import number_problems, refuse
+from horovod_q8.workloads.common import number_problems, refuse
 
 ACTIVATION_NAMES = ("none", *[n for n in COMPRESSION_NAMES[2:] if get(n).kind == CODEBOOK])
 MINIMUMS = (("epochs", 1, "0 trains and evaluates nothing"), ("batch_size", 1, ""),
@@ -165,7 +165,8 @@ def run(args: argparse.Namespace) -> dict:
     from horovod_q8.tensorflow import compressor
     from horovod_q8.tensorflow.layers import data_parallel_variables
     from horovod_q8.tensorflow.traffic import bytes_per_step
-    from horovod_q8.workloads.train import _load, _threads, publish_summary
+    from horovod_q8.workloads.common import publish_summary
+    from horovod_q8.workloads.train import _load, _threads
 
     hvd.init()
     check_world_size(hvd.size())

@@ -13,18 +13,18 @@ from typing import List
 import numpy as np
 
 from horovod_q8.cores import share
-from horovod_q8.workloads import train as T
+from horovod_q8.workloads import common
 
 # (option, value it must keep): TensorFlow-only options, refused when given.
 UNSUPPORTED = (("checkpoint_dir", None), ("log_dir", None), ("model", None))
 
 
 def check_args(args: argparse.Namespace) -> List[str]:
-    """T.check_args, plus what the PyTorch path does not do."""
-    problems = T.check_args(args)
+    """common.check_args, plus what the PyTorch path does not do."""
+    problems = common.check_args(args)
     if args.dataset != "mnist":
         problems.append(f"--framework torch trains mnist only, not {args.dataset}")
-    problems += [f"{T._flag(dest)} is TensorFlow-only (--framework tensorflow)"
+    problems += [f"{common.flag(dest)} is TensorFlow-only (--framework tensorflow)"
                  for dest, default in UNSUPPORTED if getattr(args, dest, default) != default]
     return problems
 
@@ -58,9 +58,9 @@ def make_compression(args: argparse.Namespace):
     """hvd.Compression.none / fp16, or a horovod_q8 compressor with the train options."""
     from horovod_q8.torch import compressor
 
-    if args.compression in T.HOROVOD_OWN:
+    if args.compression in common.HOROVOD_OWN:
         return compressor(args.compression)
-    return compressor(args.compression, **T.compressor_options(args))
+    return compressor(args.compression, **common.compressor_options(args))
 
 
 def _evaluate(model, hvd, torch, x: np.ndarray, y: np.ndarray) -> float:
@@ -78,7 +78,7 @@ def _evaluate(model, hvd, torch, x: np.ndarray, y: np.ndarray) -> float:
 
 def run(args: argparse.Namespace) -> dict:
     """Train; return (on every rank) the summary that rank 0 prints."""
-    T.refuse(check_args(args), T.build_parser)
+    common.refuse(check_args(args), common.build_parser)
     import horovod.torch as hvd
     import torch
 
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> dict:
     from horovod_q8.workloads import datasets as D
     from horovod_q8.workloads.torch_sgd import KerasSGD
 
-    for k, v in T.DEFAULTS[args.dataset].items():
+    for k, v in common.DEFAULTS[args.dataset].items():
         if getattr(args, k) is None:
             setattr(args, k, v)
     hvd.init()
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> dict:
     start = time.perf_counter()
     for epoch in range(args.epochs):
         ends.append([])
-        seed = T.epoch_seed(args.seed, epoch)
+        seed = common.epoch_seed(args.seed, epoch)
         torch.manual_seed(seed)  # dropout masks: a function of (seed, epoch)
         order = np.random.default_rng(seed).permutation(len(x))
         order = np.concatenate([order] * -(-steps * args.batch_size // len(x)))  # passes, as TF's
@@ -153,15 +153,15 @@ def run(args: argparse.Namespace) -> dict:
         "test_accuracy": accs[-1] if accs else None, "val_accuracy_per_epoch": accs,
         "loss_per_epoch": losses, "wall_s": wall,
         "images_per_s": args.epochs * steps * args.batch_size * hvd.size() / wall if wall else 0.0,
-        "steady_images_per_s": T.steady_rate(ends, args.batch_size * hvd.size()),
+        "steady_images_per_s": common.steady_rate(ends, args.batch_size * hvd.size()),
         "bytes_per_step": policy.bytes_per_step(shapes, setting, hvd.size(), fused=ours,
                                                 fusion_bytes=DEFAULT_FUSION_BYTES),
         "parameters": int(sum(p.numel() for p in model.parameters())),
-        "weights_sha1": T.weights_sha1([p.detach().numpy() for p in model.state_dict().values()]),
+        "weights_sha1": common.weights_sha1([p.detach().numpy() for p in model.state_dict().values()]),
     }
     if hvd.rank() == 0:
         acc = summary["test_accuracy"]
-        T.publish_summary(
+        common.publish_summary(
             summary, f"framework=torch compression={args.compression} fused={ours} ranks={hvd.size()} "
             f"test_accuracy={acc if acc is None else round(acc, 4)} wall_s={wall:.1f} "
             f"images_per_s={summary['images_per_s']:.0f} "

@@ -11,152 +11,22 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
-import json
 import math
 import time
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional
 
 from horovod_q8.cores import share
-from horovod_q8.formats import CODEBOOK, COMPRESSION_NAMES, get, names
+from horovod_q8.workloads import common
+from horovod_q8.workloads.common import (DEFAULTS, HOROVOD_OWN, MLP_WIDTH, check_args, compressor_options,
+                                         epoch_seed, publish_summary, refuse, steady_rate, weights_sha1)
 
-DATASETS = ("mnist", "cifar10", "imagenet")
-FRAMEWORKS = ("tensorflow", "torch")
-DEFAULTS = {"mnist": dict(batch_size=64, lr=0.02, epochs=3),
-            "cifar10": dict(batch_size=128, lr=0.05, epochs=30),
-            "imagenet": dict(batch_size=64, lr=0.0125, epochs=90)}
 SHAPES = {"mnist": (28, 28, 1), "cifar10": (32, 32, 3)}
-HOROVOD_OWN = ("none", "fp16")
-ARCHITECTURES = ("mlp",)  # `--model`: instead of the dataset's own model
-MLP_WIDTH = 4096  # 784-4096-4096-10: 20M parameters, 80 MB of float32 gradient a step
-SEED_MAX = 2 ** 32 - 1  # numpy's and TensorFlow's seed range
-EPOCH_STRIDE = 1_000_003  # epoch seeds: seed * stride + epoch stays below 2**53 for any seed
-FEEDBACK = {"on": True, "off": False, "auto": None}
 STATE_DIR = "compression_state"  # under --checkpoint-dir: one folder per rank
-# (option, smallest value, why): numbers that mean nothing below their minimum.
-MINIMUMS: Tuple[Tuple[str, float, str], ...] = (
-    ("epochs", 1, "0 trains and evaluates nothing"),
-    ("batch_size", 1, ""),
-    ("steps_per_epoch", 1, "leave it out for whole epochs"),
-    ("warmup_epochs", 0, ""),
-    ("num_classes", 1, ""),
-    ("image_size", 1, ""),
-    ("mlp_width", 1, ""),
-    ("pipeline_elements", 0, "0 sends every bucket whole"),
-)
 
 
 def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
-    p = parser or argparse.ArgumentParser(prog="horovod-q8 train", description=__doc__)
-    p.add_argument("dataset", choices=DATASETS)
-    p.add_argument("--framework", choices=FRAMEWORKS, default="tensorflow",
-                   help="torch: horovod.torch (mnist only; workloads/torch_train.py)")
-    p.add_argument("--compression", default="q8", choices=COMPRESSION_NAMES)
-    p.add_argument("--model", choices=ARCHITECTURES, default=None,
-                   help="instead of the dataset's own model: mlp = wide fully connected layers")
-    p.add_argument("--mlp-width", type=int, default=None,
-                   help=f"units per hidden layer of --model mlp (default {MLP_WIDTH})")
-    p.add_argument("--fused", action="store_true", help="bucketed fast path (horovod_q8's optimizer)")
-    p.add_argument("--block-size", type=int, default=None, help="elements per scale; 0 = whole tensor")
-    p.add_argument("--threshold", type=float, default=None, help="twobit / q4_threshold top level")
-    p.add_argument("--error-feedback", choices=tuple(FEEDBACK), default="auto",
-                   help="keep what quantization dropped for the next step (auto: on for twobit "
-                        "and q4_threshold, off for the codebook formats)")
-    p.add_argument("--pipeline-elements", type=int, default=None,
-                   help="send larger buckets as pieces of this many elements, so one piece's codec "
-                        "overlaps another's transfer (default 0: whole)")
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--batch-size", type=int, help="per rank")
-    p.add_argument("--lr", type=float, help="per rank; scaled by the number of ranks")
-    p.add_argument("--warmup-epochs", type=int, default=1, help="LR warm-up (whole epochs)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--data-dir", default=None, help="dataset folder; default: Keras download")
-    p.add_argument("--checkpoint-dir", default=None, help="checkpoints (rank 0) and resume")
-    p.add_argument("--log-dir", default=None, help="TensorBoard logs (rank 0)")
-    p.add_argument("--synthetic", action="store_true", help="random data of the dataset's shape")
-    p.add_argument("--steps-per-epoch", type=int, default=None)
-    p.add_argument("--num-classes", type=int, default=1000, help="ImageNet TFRecords only")
-    p.add_argument("--image-size", type=int, default=224, help="ImageNet input size")
-    p.add_argument("--results-json", default=None, help="rank 0 writes the summary here")
-    p.add_argument("--verbose", type=int, default=1)
-    return p
-
-
-def _flag(dest: str) -> str:
-    return "--" + dest.replace("_", "-")
-
-
-def number_problems(args: argparse.Namespace, minimums: Sequence[Tuple[str, float, str]]) -> List[str]:
-    """A line per number option (given, not None) that is non-finite or below its minimum,
-    and for --lr (must be > 0) and --seed (0 to 2**32-1)."""
-    out = []
-    for dest, low, why in minimums:
-        value = getattr(args, dest, None)
-        if value is not None and (not math.isfinite(value) or value < low):
-            out.append(f"{_flag(dest)} must be >= {low}{f' ({why})' if why else ''}, got {value}")
-    lr = getattr(args, "lr", None)
-    if lr is not None and not (math.isfinite(lr) and lr > 0):
-        out.append(f"--lr must be a finite number > 0, got {lr}")
-    seed = getattr(args, "seed", None)
-    if seed is not None and not 0 <= seed <= SEED_MAX:
-        out.append(f"--seed must be from 0 to {SEED_MAX}, got {seed}")
-    return out
-
-
-def compression_problems(compression: str, block_size: Optional[int],
-                         threshold: Optional[float]) -> List[str]:
-    """A line per compression option that does not apply to `compression` or has a bad value."""
-    given = {"--block-size": block_size, "--threshold": threshold}
-    if compression in HOROVOD_OWN:
-        return [f"{flag} does not apply to --compression {compression} (Horovod's own)"
-                for flag, value in given.items() if value is not None]
-    codebook = get(compression).kind == CODEBOOK
-    wrong = "--threshold" if codebook else "--block-size"
-    if given[wrong] is not None:
-        others = [n for n in names() if (get(n).kind == CODEBOOK) != codebook]
-        return [f"{wrong} does not apply to --compression {compression}; it applies to "
-                f"{', '.join(others)}"]
-    try:
-        get(compression, block_size=block_size, threshold=threshold)
-    except ValueError as e:
-        return [str(e)]
-    return []
-
-
-def refuse(problems: List[str], parser: Callable[[], argparse.ArgumentParser]) -> None:
-    """Exit 2 with argparse's usage line and every problem, before TensorFlow is imported."""
-    if problems:
-        parser().error("; ".join(problems))
-
-
-def feedback_problems(compression: str, error_feedback: str) -> List[str]:
-    """--error-feedback on/off means nothing for Horovod's own compressors, and off cannot be
-    honoured by the threshold formats (their residual is part of the format)."""
-    if compression in HOROVOD_OWN and error_feedback != "auto":
-        return [f"--error-feedback does not apply to --compression {compression} (Horovod's own)"]
-    if error_feedback == "off" and compression not in HOROVOD_OWN and get(compression).uses_residual:
-        return [f"--error-feedback off does not apply to --compression {compression}: its residual "
-                f"is part of the format (it always keeps one)"]
-    return []
-
-
-def check_args(args: argparse.Namespace) -> List[str]:
-    """Everything wrong with `horovod-q8 train`'s arguments (empty when they make sense)."""
-    return (number_problems(args, MINIMUMS)
-            + compression_problems(args.compression, args.block_size, args.threshold)
-            + feedback_problems(args.compression, getattr(args, "error_feedback", "auto"))
-            + model_problems(args))
-
-
-def model_problems(args: argparse.Namespace) -> List[str]:
-    problems = []
-    if getattr(args, "mlp_width", None) is not None and getattr(args, "model", None) != "mlp":
-        problems.append("--mlp-width applies only to --model mlp")
-    if getattr(args, "pipeline_elements", None) is not None and args.compression in HOROVOD_OWN:
-        problems.append(f"--pipeline-elements does not apply to --compression {args.compression} "
-                        "(Horovod's own)")
-    return problems
+    return common.build_parser(parser, description=__doc__)
 
 
 def build_model(args: argparse.Namespace, classes: int):
@@ -169,11 +39,6 @@ def build_model(args: argparse.Namespace, classes: int):
     if args.dataset == "imagenet":
         return MODELS["imagenet"](classes, shape)
     return MODELS[args.dataset](classes)
-
-
-def epoch_seed(seed: int, epoch):
-    """The seed of epoch `epoch` (an int or an int64 tensor): distinct for every (seed, epoch)."""
-    return seed * EPOCH_STRIDE + epoch
 
 
 def _load(args, hvd, tf, initial_epoch: int = 0):
@@ -385,16 +250,6 @@ def _reseed_each_epoch(tf, model, seed: int):
     return Reseed()
 
 
-def weights_sha1(weights) -> str:
-    """sha1 of the dtype, shape and bytes of every array, in order."""
-    h = hashlib.sha1()
-    for w in weights:
-        a = w.numpy() if hasattr(w, "numpy") else w
-        h.update(f"{a.dtype}{a.shape}".encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
-
-
 def state_summary(state) -> Optional[dict]:
     """This rank's CompressionState: residual count, norm and digest, and the step counters."""
     if state is None:
@@ -422,21 +277,6 @@ def _step_timer(tf):
         def on_train_batch_end(self, batch, logs=None):
             self.ends[-1].append(time.perf_counter())
     return StepTimer()
-
-
-def steady_rate(epochs: Sequence[Sequence[float]], images_per_step: int, skip: int = 2) -> float:
-    """Images/s over the batches after the run's first `skip` (graph tracing, warm-up), from
-    the batch end times of each epoch. Only intervals inside an epoch count: the time between
-    epochs (validation, callbacks) is not a training step, and it would add the same time to
-    every compression's steps and pull their ratios towards 1."""
-    steps, seconds, seen = 0, 0.0, 0
-    for ends in epochs:
-        for k in range(1, len(ends)):
-            if seen + k > skip:
-                steps += 1
-                seconds += ends[k] - ends[k - 1]
-        seen += len(ends)
-    return steps * images_per_step / seconds if seconds > 0 else 0.0
 
 
 def _threads(tf, hvd) -> None:
@@ -541,27 +381,6 @@ def run(args: argparse.Namespace) -> dict:
             f"steady_images_per_s={summary['steady_images_per_s']:.1f} "
             f"bytes_per_step={summary['bytes_per_step']:.0f}", args.results_json)
     return summary
-
-
-def compressor_options(args: argparse.Namespace) -> dict:
-    """compressor(...)'s keyword arguments from --block-size, --threshold, --error-feedback."""
-    options = {"block_size": args.block_size} if args.block_size is not None else {}
-    if args.threshold is not None:
-        options["threshold"] = args.threshold
-    if getattr(args, "pipeline_elements", None) is not None:
-        options["pipeline_elements"] = args.pipeline_elements
-    feedback = FEEDBACK[getattr(args, "error_feedback", "auto")]
-    if feedback is not None:
-        options["error_feedback"] = feedback
-    return options
-
-
-def publish_summary(summary: dict, line: str, results_json: Optional[str]) -> None:
-    """Rank 0's ending: the SUMMARY line on stdout, the whole summary as JSON if asked."""
-    print(f"SUMMARY {line}", flush=True)
-    if results_json:
-        Path(results_json).parent.mkdir(parents=True, exist_ok=True)
-        Path(results_json).write_text(json.dumps(summary, indent=1))
 
 
 def main(argv: Optional[List[str]] = None) -> None:
