@@ -22,8 +22,9 @@ import torch
 from horovod_q8 import formats
 from horovod_q8.collective import engine, policy
 from horovod_q8.collective.setting import Setting
-from horovod_q8.torch import horovod_api, hvd_agreement
+from horovod_q8.torch import hvd_agreement
 from horovod_q8.torch.common import ConfigMismatchError, group_of, seed_for
+from horovod_q8.torch.names import next_name
 from horovod_q8.torch.state import TorchResiduals
 from horovod_q8.torch.tensors import as_array, as_tensor, kernel_stream
 
@@ -89,7 +90,7 @@ class Q8Compressor(Setting):
         size = hvd.size()
         if size > 1:
             check_same_config(self)
-        name = horovod_api.next_name()
+        name = next_name()
         decision = policy.decide(self, tensor.dtype.is_floating_point, tensor.numel(), size, group_of(tensor))
         if not decision.compress:
             return tensor, None

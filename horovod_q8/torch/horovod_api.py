@@ -17,13 +17,12 @@ import functools
 import inspect
 import logging
 import os
-import threading
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Optional
 
 from horovod_q8.torch import hvd_agreement
+from horovod_q8.torch.names import with_names
 
 _LOG = logging.getLogger("horovod_q8")
-_local = threading.local()  # the names the next compress() calls in this thread get, in order
 _originals: Dict[str, Callable] = {}
 
 KNOWN_VERSIONS = ("0.28.",)
@@ -38,21 +37,6 @@ KNOWN = {
     "grouped_allreduce": ("tensors", "average", "name", "compression", "op", "prescale_factor",
                           "postscale_factor", "process_set"),
 }
-
-
-def next_name() -> Optional[str]:
-    """The name of the tensor compress() is called for, or None when nobody said."""
-    names: List[str] = getattr(_local, "names", [])
-    return names.pop(0) if names else None
-
-
-def _with_names(names: List[Optional[str]], fn: Callable, *args, **kwargs):
-    old = getattr(_local, "names", [])
-    _local.names = [n for n in names if n is not None] if all(n is not None for n in names) else []
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        _local.names = old
 
 
 def _targets() -> Dict[str, Callable]:
@@ -130,12 +114,12 @@ def install() -> bool:
         return o["DistributedOptimizer"](optimizer, named_parameters, compression, *args, **kwargs)
 
     def allreduce_grad_async(self, p):
-        return _with_names([self._parameter_names.get(p)], o["_DistributedOptimizer._allreduce_grad_async"],
-                           self, p)
+        return with_names([self._parameter_names.get(p)], o["_DistributedOptimizer._allreduce_grad_async"],
+                          self, p)
 
     def grouped_allreduce_grad_async(self, ps):
-        return _with_names([self._parameter_names.get(p) for p in ps],
-                           o["_DistributedOptimizer._grouped_allreduce_grad_async"], self, ps)
+        return with_names([self._parameter_names.get(p) for p in ps],
+                          o["_DistributedOptimizer._grouped_allreduce_grad_async"], self, ps)
 
     def agree_once(compression, args, kwargs) -> None:
         if hvd_agreement.is_global(kwargs.get("process_set", args[3] if len(args) > 3 else None)):
@@ -144,13 +128,13 @@ def install() -> bool:
     @functools.wraps(o["allreduce"])
     def allreduce(tensor, average=None, name=None, compression=hvd.Compression.none, *args, **kwargs):
         agree_once(compression, args, kwargs)
-        return _with_names([name], o["allreduce"], tensor, average, name, compression, *args, **kwargs)
+        return with_names([name], o["allreduce"], tensor, average, name, compression, *args, **kwargs)
 
     @functools.wraps(o["grouped_allreduce"])
     def grouped_allreduce(tensors, average=None, name=None, compression=hvd.Compression.none, *args, **kwargs):
         agree_once(compression, args, kwargs)
         names = [None if name is None else f"{name}.{i}" for i in range(len(tensors))]
-        return _with_names(names, o["grouped_allreduce"], tensors, average, name, compression, *args, **kwargs)
+        return with_names(names, o["grouped_allreduce"], tensors, average, name, compression, *args, **kwargs)
 
     hvd.DistributedOptimizer = hopt.DistributedOptimizer = distributed_optimizer
     hopt._DistributedOptimizer._allreduce_grad_async = allreduce_grad_async

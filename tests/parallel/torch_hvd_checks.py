@@ -17,6 +17,7 @@ import torch
 
 import horovod_q8.torch as q8t
 from horovod_q8.torch import ConfigMismatchError, compressor, horovod_api
+from horovod_q8.torch.names import with_names
 from horovod_q8.torch.optimizer import STATE_KEY
 
 hvd.init()
@@ -142,7 +143,7 @@ def check_any_order(fmt: str) -> None:
     pending = {}
     comp = comp.fresh()  # the same residuals (none yet) as the in-order round had
     for i in order:
-        control, ctx = horovod_api._with_names([f"{names[i]}.ref"], comp.compress, xs[i])
+        control, ctx = with_names([f"{names[i]}.ref"], comp.compress, xs[i])
         pending[i] = (hvd.allreduce_async_(control, name=f"{names[i]}.control", op=hvd.Average), ctx)
     for i in reversed(order):
         handle, ctx = pending[i]
