@@ -4,7 +4,7 @@
 # (and Q4), 2 ranks on loopback, side by side. Horovod's examples are not in its sdist: give a
 # Horovod checkout (or its bare git directory) as $1 or HOROVOD_SRC.
 #   bash scripts/horovod_examples.sh ~/src/horovod [extra benchmark args...]
-# Output: docs/runs/examples/keras_synthetic_loopback_2.log (or $OUT); every run holds
+# Output: docs/runs/examples/<date>-<commit>/keras_synthetic_loopback_2.log (or $OUT); every run holds
 # /tmp/hq8-cpu.lock.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,7 +15,7 @@ EXAMPLE=examples/tensorflow2/tensorflow2_keras_synthetic_benchmark.py
 if [ $# -gt 0 ]; then ARGS=("$@")
 else ARGS=(--model ResNet50 --batch-size 8 --num-batches-per-iter 5 --num-iters 4 --no-cuda); fi
 VENV="$(bash "$REPO/scripts/setup.sh")"
-OUT="${OUT:-$REPO/docs/runs/examples}"
+OUT="${OUT:-$REPO/docs/runs/examples/$(date +%F)-$(git -C "$REPO" rev-parse --short HEAD)}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$OUT"

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Issue 16's measurements: where the time of the product path goes (`bench allreduce
-# --breakdown`) and ResNet-50's gradient list through the stock optimizer path, on loopback
-# (2 ranks, Gloo) and on the emulated cluster (needs root). Output: docs/runs/performance/
-# (or $OUT), one log per job, the command on its first line. Every job holds /tmp/hq8-cpu.lock.
+# Where the time of the product path goes (`bench allreduce --breakdown`) and ResNet-50's
+# gradient list through the stock optimizer path, on loopback (2 ranks, Gloo) and on the
+# emulated cluster (needs root). Output: docs/runs/allreduce/<date>-<commit>/ (or $OUT), one
+# log per job, the command on its first line. Every job holds /tmp/hq8-cpu.lock.
 #   sudo bash scripts/perf_bench.sh                       # everything
 #   sudo bash scripts/perf_bench.sh loopback cluster_2x1gbit
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$(bash "$REPO/scripts/setup.sh")"
-OUT="${OUT:-$REPO/docs/runs/performance}"
+OUT="${OUT:-$REPO/docs/runs/allreduce/$(date +%F)-$(git -C "$REPO" rev-parse --short HEAD)}"
 TAG="${TAG:-after}"
 SECTIONS="${*:-loopback cluster_2x1gbit cluster_4x1gbit cluster_2x10gbit}"
 COMPRESSIONS="${COMPRESSIONS:-none,fp16,q8,q4}"

@@ -26,7 +26,7 @@ def rounds(fns: Dict[str, Callable[[], object]], repeats: int) -> Dict[str, List
     """Wall seconds of every fn in each of `repeats` rounds, each fn once per round after one
     warm-up call each, the order rotated every round: a slow spell of a shared machine then
     hits every compression alike instead of whichever ran during it (fp16 alone measured 539
-    to 1069 ms for the same tensor in different runs here, session 10)."""
+    to 1069 ms for the same tensor in different runs here on 2026-12-02)."""
     names = list(fns)
     for name in names:
         fns[name]()

@@ -131,7 +131,8 @@ class AlignedPool:
     Aligned, because TensorFlow aliases such an array when a host call returns it and copies
     any other (NumPy's own large arrays are 16-byte aligned): 83.5 ms against 0.5 ms for 100 MB
     here (DESIGN.md section 5). Reused, because a fresh 100 MB array costs 15-80 ms more than a
-    reused one here, all page faults (docs/runs/performance/session8/fresh_vs_reused.log). TF
+    reused one here, all page faults (scripts/buffer_first_touch.py; its log in
+    docs/runs/page_faults/2026-12-01-6900b67/). TF
     may keep an aliased result after the step (in a variable, in a later op's output); while it
     does, it holds the returned array, and every NumPy view holds its memory's owner through
     `.base`. So an owner whose only reference is this pool's is unused everywhere, and only
