@@ -28,6 +28,12 @@ BENCHES: Dict[str, Tuple[str, str, bool]] = {
                                               "allreduce per format", False),
 }
 
+# Errors of other modules that are the user's to fix, found by name so that none is imported here.
+USER_ERRORS: Tuple[Tuple[str, str], ...] = (
+    ("horovod_q8.collective.agreement", "ConfigMismatchError"),  # ranks given different settings
+    ("horovod_q8.cluster.netns", "ClusterError"),  # not root, no `ip` or `tc`, a bad --bandwidth
+)
+
 
 def _parser(chosen: Optional[str], bench: Optional[str]) -> argparse.ArgumentParser:
     """Every subcommand listed; only the chosen one's module imported for its options."""
@@ -56,9 +62,26 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = _parser(chosen, bench).parse_args(argv)
     args.command = command
     module, _, returns_code = BENCHES[args.bench] if args.subcommand == "bench" else COMMANDS[args.subcommand]
-    result = importlib.import_module(module).run(args)
+    try:
+        result = importlib.import_module(module).run(args)
+    except Exception as e:
+        if not is_user_error(e):
+            raise
+        print(f"horovod-q8 {args.subcommand}: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
     if returns_code:
         sys.exit(result)
+
+
+def is_user_error(error: BaseException) -> bool:
+    """An error whose message says all (no traceback): a UserError, or one of USER_ERRORS
+    whose module has been loaded (only a loaded module can have raised it)."""
+    from horovod_q8.errors import UserError
+
+    if isinstance(error, UserError):
+        return True
+    return any(isinstance(error, getattr(sys.modules[module], name)) for module, name in USER_ERRORS
+               if module in sys.modules and hasattr(sys.modules[module], name))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
+from horovod_q8.errors import UserError
+
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 MNIST_FILES = {"train_x": "train-images-idx3-ubyte", "train_y": "train-labels-idx1-ubyte",
                "test_x": "t10k-images-idx3-ubyte", "test_y": "t10k-labels-idx1-ubyte"}
@@ -29,7 +31,7 @@ _CIFAR_PICKLE_GLOBALS = {(f"numpy.{core}.{module}", name) for core in ("core", "
 _CIFAR_PICKLE_GLOBALS |= {("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")}
 
 
-class DatasetError(RuntimeError):
+class DatasetError(UserError, RuntimeError):
     """The dataset is missing or not in the expected format."""
 
 

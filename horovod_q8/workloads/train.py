@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 from horovod_q8.cores import share
+from horovod_q8.workloads import checkpoint_errors as ckpt_errors
 from horovod_q8.workloads import common
 from horovod_q8.workloads.common import (DEFAULTS, HOROVOD_OWN, MLP_WIDTH, check_args, compressor_options,
                                          epoch_seed, publish_summary, refuse, steady_rate, weights_sha1)
@@ -151,28 +152,44 @@ class _EpochCheckpoint:
         self.tf, self.rank, self.size = tf, hvd.rank(), hvd.size()
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=self.epoch)
-        self.manager = tf.train.CheckpointManager(self.ckpt, directory, max_to_keep=3)
+        self.directory = directory
         self.state = compression_state(optimizer, comp)
         self.state_dir = Path(directory) / STATE_DIR / f"rank{self.rank}-of-{self.size}"
         self.own = tf.train.Checkpoint(state=self.state) if self.state is not None else None
-        self.own_manager = (tf.train.CheckpointManager(self.own, str(self.state_dir), max_to_keep=3)
-                            if self.own is not None else None)
+        self.manager = self.own_manager = None  # made by restore(), after the folders are checked
+
+    def _open(self) -> Optional[str]:
+        """The managers, once both folders are readable; the latest model checkpoint."""
+        ckpt_errors.check_folder(self.directory)
+        self.manager = self.tf.train.CheckpointManager(self.ckpt, self.directory, max_to_keep=3)
+        if self.own is not None:
+            ckpt_errors.check_folder(str(self.state_dir))
+            self.own_manager = self.tf.train.CheckpointManager(self.own, str(self.state_dir), max_to_keep=3)
+        return self.manager.latest_checkpoint
 
     def restore(self) -> int:
-        """The epoch to start at (0 without a checkpoint), the same on every rank."""
-        latest = self.manager.latest_checkpoint
+        """The epoch to start at (0 without a checkpoint), the same on every rank. A damaged or
+        missing file stops every rank with one CheckpointError (a rank raising alone would
+        leave the others waiting)."""
         problem = None
-        if latest:
-            self.ckpt.restore(latest)
-            problem = self._restore_own(latest, int(self.epoch.numpy()))
+        try:
+            latest = self._open()
+            if latest:
+                ckpt_errors.verify(latest)
+                with ckpt_errors.reading(latest):
+                    self.ckpt.restore(latest)
+                problem = self._restore_own(latest, int(self.epoch.numpy()))
+        except ckpt_errors.CheckpointError as e:
+            problem = str(e)
         epochs_and_problems = _everyone((int(self.epoch.numpy()), problem), "restore")
         problems = [p for _, p in epochs_and_problems if p]
         if problems:
-            raise ValueError(problems[0])
+            raise ckpt_errors.CheckpointError(problems[0])
         epochs = sorted({e for e, _ in epochs_and_problems})
         if len(epochs) > 1:
-            raise ValueError(f"ranks found different checkpoints (epochs {epochs}) in "
-                             f"{self.manager.directory}: --checkpoint-dir must be a folder every rank sees")
+            raise ckpt_errors.CheckpointError(
+                f"ranks found different checkpoints (epochs {epochs}) in {self.directory}: "
+                "--checkpoint-dir must be a folder every rank sees")
         return epochs[0]
 
     def _restore_own(self, latest: str, epoch: int) -> Optional[str]:
@@ -182,7 +199,9 @@ class _EpochCheckpoint:
         own = self.state_dir / f"ckpt-{epoch}"
         if Path(f"{own}.index").exists():
             # After the model checkpoint, which holds rank 0's state: the later restore wins.
-            self.own.restore(str(own))
+            ckpt_errors.verify(str(own))
+            with ckpt_errors.reading(str(own)):
+                self.own.restore(str(own))
             return None
         others = sorted(self.state_dir.parent.glob(f"rank*-of-*/ckpt-{epoch}.index"))
         holding = [str(p)[:-len(".index")] for p in others] + [latest]
@@ -213,7 +232,8 @@ class _EpochCheckpoint:
 
 
 def _holds_residuals(tf, path: str) -> bool:
-    return any("/residuals/" in name for name, _ in tf.train.list_variables(path))
+    with ckpt_errors.reading(path):
+        return any("/residuals/" in name for name, _ in tf.train.list_variables(path))
 
 
 def _everyone(value, name: str) -> list:
