@@ -304,7 +304,7 @@ def _threads(tf, hvd) -> None:
     tf.config.threading.set_intra_op_parallelism_threads(per_rank)
     # At least 2 inter-op threads even on one core: a host call holds its thread while it
     # codes, and with one the rest of the step (the backward pass, the next bucket) waits for
-    # it (q8's MLP step on a pinned core: 803 ms with 1, 604-615 with 2; session 9).
+    # it (q8's MLP step on a pinned core: 803 ms with 1, 604-615 with 2; measured on 2026-12-02).
     tf.config.threading.set_inter_op_parallelism_threads(max(2, per_rank))
     try:
         import numba
