@@ -1,4 +1,4 @@
-// horovod_q8 8-bit codebook encode / decode and the sum of k ranks' codes for x86-64 CPUs with
+// horovod_q8 8- and 4-bit codebook encode / decode and the sum of k ranks' codes for x86-64 CPUs with
 // AVX2 (Zen 2/3, Haswell and later), called through ctypes by horovod_q8/backends/native.py
 // where codec_x86.c's AVX-512 kernels do not run. Byte-for-byte the same as
 // horovod_q8/formats/reference.py (docs/formats.md): code = count(mids < x / scale).
@@ -6,7 +6,8 @@
 // The search is codec_x86.c's, 8 elements per instruction: the segment of evenly spaced values
 // from compares with each segment's lowest mid (at most 7 segments: lookups by segment are one
 // 8-entry permute), an affine estimate of the count at most one under, and one exact compare
-// with the next midpoint (a gather from a table in L1). Built with -ffp-contract=off.
+// with the next midpoint (a gather from a table in L1); q4's 7 mids are compared one by one.
+// Built with -ffp-contract=off.
 #include <stdint.h>
 #include <string.h>
 #include <immintrin.h>
@@ -16,6 +17,7 @@
 #define NAN_BITS 0x7FC00000u
 #define AVX2 __attribute__((target("avx2")))
 #define PREFETCH_AHEAD 4096  // floats the absmax pass prefetches ahead of its loads (16 KB), as codec_x86.c
+#define STREAM_MIN_BYTES ((int64_t)32 << 20)  // decoded outputs from this size use streaming stores, as codec_x86.c
 
 int hq8_avx2_supported(void) {
     __builtin_cpu_init();
@@ -56,6 +58,11 @@ AVX2 static uint32_t absmax_bits(const float *x, int64_t n) {
         b = v > b ? v : b;
     }
     return b > INF_BITS ? NAN_BITS : b;  // any NaN gives the canonical NaN
+}
+
+// The quotient an element of a block whose scale is +Inf (it holds +-Inf) is coded as: +-Inf -> +-1, finite -> 0.
+static inline float overflowed(float x) {
+    return x == __builtin_inff() ? 1.0f : (x == -__builtin_inff() ? -1.0f : 0.0f);
 }
 
 static uint8_t code_one(float v, const hq8_avx2_symmetric *T) {
@@ -130,9 +137,8 @@ AVX2 void hq8_avx2_encode8(const float *x, int64_t n, int64_t block, uint32_t *s
             memset(cs, T->center, (size_t)len);  // all zeros, or a NaN: every code is 0.0's
             continue;
         }
-        if (sb == INF_BITS) {  // +-Inf -> +-1, every finite element -> 0
-            for (int64_t i = 0; i < len; i++)
-                cs[i] = code_one(xs[i] == __builtin_inff() ? 1.0f : (xs[i] == -__builtin_inff() ? -1.0f : 0.0f), T);
+        if (sb == INF_BITS) {
+            for (int64_t i = 0; i < len; i++) cs[i] = code_one(overflowed(xs[i]), T);
             continue;
         }
         float sc;
@@ -147,6 +153,123 @@ AVX2 void hq8_avx2_encode8(const float *x, int64_t n, int64_t block, uint32_t *s
             q0 = q1, q1 = q2;
         }
         for (; i < len; i++) cs[i] = code_one(xs[i] / sc, T);
+    }
+}
+
+// ---- 4-bit codes of a symmetric table with 7 positive mids (q4), two per byte, the first low ----
+
+// count(pmid < a) from a's binade: idx = its exponent - 120, at least 0 (|x / s| <= 1, so at
+// most 7), holds at most two mids (checked where the table is built, native.avx2_q4):
+// below[idx] + (m1[idx] < a) + (m2[idx] < a), three 8-entry permutes and two compares.
+#define Q4_EXP_LOW 120
+typedef struct {
+    int32_t neg_below[8];  // by idx: minus the count of mids in the binades below
+    int32_t m1[8], m2[8];  // by idx: bits of its mids, ascending, +Inf bits where it has fewer
+    int32_t pmid[7];       // bits of the positive mids, ascending
+    int32_t center;
+} hq8_avx2_q4;
+
+static int code_one_q4(float v, const hq8_avx2_q4 *T) {
+    int32_t b;
+    memcpy(&b, &v, 4);
+    int32_t neg = b < 0, a = (b & (int32_t)ABS_MASK) + neg, cnt = 0;
+    for (int q = 0; q < 7; q++) cnt += T->pmid[q] < a;
+    return neg ? T->center - cnt : T->center + cnt;
+}
+
+// Code i of a block's codes; the first of a byte clears it (a last odd code leaves the high nibble 0).
+static inline void put4(uint8_t *codes, int64_t i, int c) {
+    uint8_t *p = codes + i / 2;
+    *p = i & 1 ? (uint8_t)((*p & 15) | (c << 4)) : (uint8_t)c;
+}
+
+typedef struct {
+    __m256i neg_below, m1, m2;
+} binades8;
+
+// Minus the signed count of 8 quotients (bits b): -count(pmid < a) for b >= 0, count(pmid <= |b|)
+// for b < 0 (a = the bits of |x / s|, one more where x / s < 0), so that the code is center - it.
+AVX2 static inline __attribute__((always_inline)) __m256i counts8_q4(__m256i b, const binades8 *B) {
+    __m256i mag = _mm256_and_si256(b, _mm256_set1_epi32((int)ABS_MASK));
+    __m256i a = _mm256_add_epi32(mag, _mm256_srli_epi32(b, 31));
+    // the binade of mag, not a: where a is the next power of 2, no mid lies in [mag, a)
+    __m256i idx = _mm256_subs_epu16(_mm256_srli_epi32(mag, 23), _mm256_set1_epi32(Q4_EXP_LOW));
+    __m256i s = _mm256_add_epi32(_mm256_permutevar8x32_epi32(B->neg_below, idx),
+                                 _mm256_cmpgt_epi32(a, _mm256_permutevar8x32_epi32(B->m1, idx)));
+    s = _mm256_add_epi32(s, _mm256_cmpgt_epi32(a, _mm256_permutevar8x32_epi32(B->m2, idx)));
+    return _mm256_sign_epi32(s, b);  // b = 0 (+0.0) has count 0
+}
+
+// 32 signed counts (4 x 8 int32 lanes, -7..7) -> 16 bytes of codes center - count. After the
+// packs each 128-bit lane holds runs of 4 consecutive elements, so pairs are adjacent: maddubs
+// makes even + 16 * odd of each, and the lanes' 16-bit pairs interleave back into element order.
+AVX2 static inline void store32_4(uint8_t *dst, __m256i c0, __m256i c1, __m256i c2, __m256i c3,
+                                  __m256i center17) {
+    __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(c0, c1), _mm256_packs_epi32(c2, c3));
+    __m256i w = _mm256_sub_epi16(center17, _mm256_maddubs_epi16(_mm256_set1_epi16(0x1001), b));
+    __m256i p = _mm256_packus_epi16(w, w);
+    _mm_storeu_si128((__m128i *)dst, _mm_unpacklo_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1)));
+}
+
+AVX2 static inline __attribute__((always_inline)) void codes32_q4(const float *x, __m256 vs, const binades8 *B,
+                                                                   __m256i center17, uint8_t *dst) {
+    store32_4(dst, counts8_q4(quot8(x, vs), B), counts8_q4(quot8(x + 8, vs), B), counts8_q4(quot8(x + 16, vs), B),
+              counts8_q4(quot8(x + 24, vs), B), center17);
+}
+
+// The codes of block x (n elements, from a byte) and, in the same loop, the absmax bits of the
+// next block (nx, nn elements): its loads from memory overlap this block's arithmetic.
+AVX2 static uint32_t codes_q4(const float *x, int64_t n, float sc, uint8_t *codes, const hq8_avx2_q4 *T,
+                              const float *nx, int64_t nn) {
+    binades8 B;
+    B.neg_below = _mm256_loadu_si256((const __m256i *)T->neg_below);
+    B.m1 = _mm256_loadu_si256((const __m256i *)T->m1), B.m2 = _mm256_loadu_si256((const __m256i *)T->m2);
+    const __m256i center17 = _mm256_set1_epi16((short)(17 * T->center)), abs_mask = _mm256_set1_epi32((int)ABS_MASK);
+    const __m256 vs = _mm256_set1_ps(sc);
+    __m256i m = _mm256_setzero_si256();
+    const int64_t both = (nn < n ? nn : n) & ~(int64_t)31;
+    int64_t i = 0;
+    for (; i < both; i += 32) {
+        _mm_prefetch((const char *)(nx + i + PREFETCH_AHEAD), _MM_HINT_T0);
+        _mm_prefetch((const char *)(nx + i + PREFETCH_AHEAD + 16), _MM_HINT_T0);
+        for (int q = 0; q < 4; q++)
+            m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(nx + i + 8 * q)), abs_mask));
+        codes32_q4(x + i, vs, &B, center17, codes + i / 2);
+    }
+    for (; i + 32 <= n; i += 32) codes32_q4(x + i, vs, &B, center17, codes + i / 2);
+    for (; i < n; i++) put4(codes, i, code_one_q4(x[i] / sc, T));
+    uint32_t lanes[8], b = 0;
+    _mm256_storeu_si256((__m256i *)lanes, m);
+    for (int q = 0; q < 8; q++) b = lanes[q] > b ? lanes[q] : b;
+    uint32_t rest = absmax_bits(nx + both, nn - both);
+    b = rest > b ? rest : b;
+    return b > INF_BITS ? NAN_BITS : b;
+}
+
+// Scales (absmax bits per block of `block` elements, the last one shorter) and 4-bit codes;
+// `block` even (or one block), so every block starts on a byte.
+AVX2 void hq8_avx2_encode4(const float *x, int64_t n, int64_t block, uint32_t *scale_bits, uint8_t *codes,
+                           const hq8_avx2_q4 *T) {
+    int64_t nb = block > 0 ? (n + block - 1) / block : 0;
+    uint32_t next = nb ? absmax_bits(x, n < block ? n : block) : 0;
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t s = b * block, len = block_len(b, block, n), nlen = b + 1 < nb ? block_len(b + 1, block, n) : 0;
+        const float *xs = x + s, *nx = xs + len;
+        uint8_t *cs = codes + s / 2;
+        uint32_t sb = next;
+        scale_bits[b] = sb;
+        if (sb == 0 || sb > INF_BITS) {  // all zeros, or a NaN: every code is 0.0's
+            memset(cs, T->center * 17, (size_t)(len / 2));
+            if (len & 1) cs[len / 2] = (uint8_t)T->center;
+            next = absmax_bits(nx, nlen);
+        } else if (sb == INF_BITS) {
+            for (int64_t i = 0; i < len; i++) put4(cs, i, code_one_q4(overflowed(xs[i]), T));
+            next = absmax_bits(nx, nlen);
+        } else {
+            float sc;
+            memcpy(&sc, &sb, 4);
+            next = codes_q4(xs, len, sc, cs, T, nx, nlen);
+        }
     }
 }
 
@@ -170,16 +293,33 @@ static inline float value_one(int bits, const uint8_t *c, int64_t i, const float
     return bits == 8 ? table[c[i]] : table[(c[i >> 1] >> (4 * (i & 1))) & 15];
 }
 
+// Element i of sum_parts (scalar: a block's head before streaming starts, and its tail).
+static inline float sum_one(int bits, const uint8_t *const *cr, const float *sr, int k, int64_t i,
+                            const float *table, const float *o, int accumulate, float post) {
+    float acc = 0.0f;
+    for (int r = 0; r < k; r++) {
+        float v = value_one(bits, cr[r], i, table) * sr[r];
+        acc = r == 0 ? v : acc + v;
+    }
+    if (accumulate) acc = o[i] + acc;
+    return post != 1.0f ? acc * post : acc;
+}
+
 // out = (v_0 + v_1 + ... + v_{k-1}) * post, v_r = table[code] * scale of part r, added in part
 // (rank) order: the bits of decoding part 0, accumulating parts 1..k-1 and scaling by post
 // (skipped when post is 1), in one pass. k = 1 is a decode, and with accumulate (k = 1 only)
 // out += v_0. bits 8: table is float[256]; 4: float[16], `block` even (or one block).
-// scales NULL: scale 1 for every part.
+// scales NULL: scale 1 for every part. A decode (k = 1, not accumulating) into an output of
+// `span` floats (this part and the other threads') of at least STREAM_MIN_BYTES, out aligned to
+// a byte's codes, uses streaming stores from each block's first 32-byte boundary, as
+// codec_x86.c's decodes: the stores then skip reading every line before writing it.
 AVX2 static inline __attribute__((always_inline)) void
 sum_parts(const int bits, const uint8_t *const *codes, const float *const *scales, int k, int64_t n, int64_t block,
-          const float *table, float *out, int accumulate, float post) {
+          const float *table, float *out, int accumulate, float post, int64_t span) {
     const __m256 vp = _mm256_set1_ps(post);
     const int scaled = post != 1.0f;
+    const int stream = k == 1 && !accumulate && span * 4 >= STREAM_MIN_BYTES &&
+                       !((uintptr_t)out & (uintptr_t)(32 / bits - 1));  // each block's head whole bytes
     const __m256 lo = _mm256_loadu_ps(table), hi = bits == 4 ? _mm256_loadu_ps(table + 8) : lo;
     int64_t nb = block > 0 ? (n + block - 1) / block : 0;
     for (int64_t b = 0; b < nb; b++) {
@@ -188,7 +328,8 @@ sum_parts(const int bits, const uint8_t *const *codes, const float *const *scale
         const uint8_t *cr[k];  // this block's codes and scales by rank, read once: stores to out may alias them
         float sr[k];
         for (int r = 0; r < k; r++) cr[r] = codes[r] + cs, sr[r] = scales ? scales[r][b] : 1.0f;
-        int64_t i = 0;
+        int64_t i = 0, head = stream ? (int64_t)((-(uintptr_t)o & 31) / 4) : 0;
+        for (head = head < len ? head : len; i < head; i++) o[i] = sum_one(bits, cr, sr, k, i, table, o, 0, post);
         for (; i + 8 <= len; i += 8) {
             __m256 acc = _mm256_setzero_ps();
             for (int r = 0; r < k; r++) {
@@ -199,22 +340,16 @@ sum_parts(const int bits, const uint8_t *const *codes, const float *const *scale
             }
             if (accumulate) acc = _mm256_add_ps(_mm256_loadu_ps(o + i), acc);
             if (scaled) acc = _mm256_mul_ps(acc, vp);
-            _mm256_storeu_ps(o + i, acc);
+            if (stream) _mm256_stream_ps(o + i, acc);
+            else _mm256_storeu_ps(o + i, acc);
         }
-        for (; i < len; i++) {
-            float acc = 0.0f;
-            for (int r = 0; r < k; r++) {
-                float v = value_one(bits, cr[r], i, table) * sr[r];
-                acc = r == 0 ? v : acc + v;
-            }
-            if (accumulate) acc = o[i] + acc;
-            o[i] = scaled ? acc * post : acc;
-        }
+        for (; i < len; i++) o[i] = sum_one(bits, cr, sr, k, i, table, o, accumulate, post);
     }
+    if (stream) _mm_sfence();  // the streamed stores are ordered before whatever reads out next
 }
 
 AVX2 void hq8_avx2_sum(int bits, const uint8_t *const *codes, const float *const *scales, int k, int64_t n,
-                       int64_t block, const float *table, float *out, int accumulate, float post) {
-    if (bits == 8) sum_parts(8, codes, scales, k, n, block, table, out, accumulate, post);  // one loop each
-    else sum_parts(4, codes, scales, k, n, block, table, out, accumulate, post);
+                       int64_t block, const float *table, float *out, int accumulate, float post, int64_t span) {
+    if (bits == 8) sum_parts(8, codes, scales, k, n, block, table, out, accumulate, post, span);  // one loop each
+    else sum_parts(4, codes, scales, k, n, block, table, out, accumulate, post, span);
 }

@@ -1,6 +1,7 @@
-"""The AVX2 q8 encode (kernels/codec_avx2.c, for CPUs without AVX-512) of this tree beside a
-commit's, on one core, in L2 and from memory; and whether both give the AVX-512 kernel's codes
-(where AVX-512 runs, the AVX2 kernel is otherwise not used, so `bench codec` cannot show it).
+"""The AVX2 q8 and q4 encodes (kernels/codec_avx2.c, for CPUs without AVX-512) of this tree
+beside a commit's (where it has them), on one core, in L2 and from memory; and whether both give
+the AVX-512 kernel's codes (where AVX-512 runs, the AVX2 kernels are otherwise not used, so
+`bench codec` shows them only under HOROVOD_Q8_NATIVE=avx2).
 
     python scripts/avx2_encode.py [--baseline REV] [--rounds 9] [--elements 25600000]
 """
@@ -34,33 +35,38 @@ def main() -> None:
     tree = (REPO / "kernels" / "codec_avx2.c").read_text()
     libs = {"this tree": native.load_variant("codec_avx2_tree.c", tree, "avx2"),
             args.baseline: native.load_variant("codec_avx2_base.c", old, "avx2")}
-    T, reference = native.avx2_tables("dynamic_tree"), native.library()
+    reference = native.library()
+    # format: (AVX2 kernel, its table, AVX-512 kernel, its table, bits per code)
+    kinds = {"q8": ("hq8_avx2_encode8", native.avx2_tables("dynamic_tree"), "hq8_encode8",
+                    native.symmetric_tables("dynamic_tree"), 8),
+             "q4": ("hq8_avx2_encode4", native.avx2_q4("q4"), "hq8_encode4", native.cells4("q4"), 4)}
     aligned, rng = AlignedPool(per_size=0), np.random.default_rng(0)
-    print(f"# AVX2 q8 (dynamic tree) encode, blocks of 1024, min of the rounds; {machine()}\n")
-    print("| kernels | elements | ms | ns/element | same codes as AVX-512 |")
-    print("|---|---|---|---|---|")
-    for n, rounds in ((1 << 17, 100 * args.rounds), (args.elements, args.rounds)):
-        x = aligned(n, np.float32)
-        x[:] = rng.standard_normal(n)
-        x[5], x[3000], x[7000:8100] = np.nan, np.inf, 0.0  # a NaN block, an overflowed one, zeros
-        nb = -(-n // 1024)
-        outs = {k: (np.empty(nb, np.uint32), aligned(n, np.uint8)) for k in libs}
-        best = {k: float("inf") for k in libs}
-        for _ in range(rounds):
-            for k, lib in libs.items():
-                sb, c = outs[k]
-                t = time.perf_counter()
-                lib.hq8_avx2_encode8(x.ctypes.data, n, 1024, sb.ctypes.data, c.ctypes.data, ctypes.byref(T))
-                best[k] = min(best[k], time.perf_counter() - t)
-        want = None
-        if reference is not None:
-            want = (np.empty(nb, np.uint32), aligned(n, np.uint8))
-            reference.hq8_encode8(x.ctypes.data, n, 1024, want[0].ctypes.data, want[1].ctypes.data,
-                                  ctypes.byref(native.symmetric_tables("dynamic_tree")))
-        for k in libs:
-            same = "no AVX-512 here" if want is None else all(np.array_equal(a, b) for a, b in zip(outs[k], want))
-            print(f"| {k} | {n} | {best[k] * 1e3:.3f} | {best[k] / n * 1e9:.3f} | {same} |")
-
+    print(f"# AVX2 encodes (q8: dynamic tree), blocks of 1024, min of the rounds; {machine()}\n")
+    print("| format | kernels | elements | ms | ns/element | same codes as AVX-512 |")
+    print("|---|---|---|---|---|---|")
+    for fmt, (fn, T, ref_fn, ref_T, bits) in kinds.items():
+        have = {k: getattr(lib, fn) for k, lib in libs.items() if hasattr(lib, fn)}
+        for n, rounds in ((1 << 17, 100 * args.rounds), (args.elements, args.rounds)):
+            x = aligned(n, np.float32)
+            x[:] = rng.standard_normal(n)
+            x[5], x[3000], x[7000:8100] = np.nan, np.inf, 0.0  # a NaN block, an overflowed one, zeros
+            nb, nc = -(-n // 1024), -(-n * bits // 8)
+            outs = {k: (np.empty(nb, np.uint32), aligned(nc, np.uint8)) for k in have}
+            best = {k: float("inf") for k in have}
+            for _ in range(rounds):
+                for k, kernel in have.items():
+                    sb, c = outs[k]
+                    t = time.perf_counter()
+                    kernel(x.ctypes.data, n, 1024, sb.ctypes.data, c.ctypes.data, ctypes.byref(T))
+                    best[k] = min(best[k], time.perf_counter() - t)
+            want = None
+            if reference is not None:
+                want = (np.empty(nb, np.uint32), aligned(nc, np.uint8))
+                getattr(reference, ref_fn)(x.ctypes.data, n, 1024, want[0].ctypes.data, want[1].ctypes.data,
+                                           ctypes.byref(ref_T))
+            for k in have:
+                same = "no AVX-512 here" if want is None else all(np.array_equal(a, b) for a, b in zip(outs[k], want))
+                print(f"| {fmt} | {k} | {n} | {best[k] * 1e3:.3f} | {best[k] / n * 1e9:.3f} | {same} |")
 
 if __name__ == "__main__":
     main()

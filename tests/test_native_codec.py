@@ -67,6 +67,20 @@ def test_every_float_in_the_unit_interval_avx2(name):
     every_unit_float(name, native.encode8, native.avx2_tables(name))
 
 
+@avx2
+def test_every_float_in_the_unit_interval_4bit_avx2():
+    every_unit_float("q4", native.encode4, native.avx2_q4("q4"), width=4)
+
+
+def test_avx2_q4_takes_at_most_two_mids_per_binade(monkeypatch):
+    """The AVX2 4-bit encoder looks up two mids by binade: a table with three in one is Numba's."""
+    t = codebooks.tables("q4", 4)
+    assert native.avx2_q4("q4") is not None
+    crowded = np.sort(np.float32([0.3, 0.31, 0.32, 0.5, 0.6, 0.7, 0.8])).view(np.int32)
+    monkeypatch.setattr(native, "tables", lambda name, bits: replace(t, positive_mid_bits=crowded))
+    assert native.avx2_q4.__wrapped__("q4") is None
+
+
 @avx512
 def test_what_the_native_kernels_take():
     assert all(native.symmetric_tables(n + codebooks.UNSIGNED_SUFFIX) is None for n in SIGNED8)
@@ -93,7 +107,7 @@ FORMATS = [("q8", name) for name in SIGNED8] + [("q4", "q4"), ("q8", "linear_uns
 
 
 @pytest.mark.parametrize("n", [1, 15, 16, 17, 1023, 1025, 4097, 300_001])
-@pytest.mark.parametrize("block", [1024, 16, 0])
+@pytest.mark.parametrize("block", [1024, 100, 16, 0])
 @pytest.mark.parametrize("base,name", FORMATS)
 def test_bytes_and_values_match_the_reference(n, block, base, name):
     """Native where it applies (and decoding the unsigned tables), Numba for the rest: same bytes."""
@@ -118,7 +132,11 @@ def test_what_the_avx2_kernels_take():
     assert all(native.avx2_tables(n + codebooks.UNSIGNED_SUFFIX) is None for n in SIGNED8)
     n = 4096
     assert isinstance(cpu.native_encoder(get("q8"), n), native.Avx2Tables)
-    assert cpu.native_encoder(get("q8", rounding="stochastic"), n) is None and cpu.native_encoder(get("q4"), n) is None
+    assert isinstance(cpu.native_encoder(get("q4"), n), native.Avx2Q4)
+    assert cpu.native_encoder(get("q8", rounding="stochastic"), n) is None
+    assert cpu.native_encoder(get("q4", rounding="stochastic"), n) is None
+    assert cpu.native_encoder(replace(get("q4"), codebook="q4_unsigned"), n) is None  # not symmetric
+    assert cpu.native_encoder(get("q4", block_size=5), n) is None  # blocks not starting on a byte
     assert cpu.avx2_decodes(get("q4_threshold").for_shape((n,)), n) and cpu.avx2_decodes(get("q8"), n)
     assert not cpu.avx2_decodes(get("twobit").for_shape((n,)), n)
 
@@ -132,11 +150,11 @@ def test_avx2_threads_split_on_block_edges(threads, name):
     fmt = get(name)
     nb, block = fmt.n_blocks(n), fmt.block_for(n)
     want = q.quantize(x, fmt, backend="reference")
-    if fmt.bits == 8:
-        got = np.empty(fmt.nbytes(n), np.uint8)
-        native.encode8(x, n, block, got[: 4 * nb].view(np.uint32), got[4 * nb:], native.avx2_tables("dynamic_tree"),
-                       threads)
-        assert np.array_equal(got, want)
+    got = np.empty(fmt.nbytes(n), np.uint8)
+    encode, T = (native.encode8, native.avx2_tables("dynamic_tree")) if fmt.bits == 8 else \
+        (native.encode4, native.avx2_q4("q4"))
+    encode(x, n, block, got[: 4 * nb].view(np.uint32), got[4 * nb:], T, threads)
+    assert np.array_equal(got, want)
     out = np.empty(n, np.float32)
     native.sum_ranks([want[4 * nb:]], n, block, fmt.bits, [want[: 4 * nb].view(np.float32)],
                      native.decode_values(fmt), out, threads)
@@ -276,31 +294,58 @@ def test_sum_of_no_ranks_is_zero():
         assert not backends.get(be).decode_sum([], fmt, 5, np.ones(5, np.float32), 0.5).any()
 
 
+LARGE = (32 << 20) // 4 + 1024 * 3 + 517  # elements of a decoded output that streams
+
+
+def large_decodes(name: str, seed: int, decode) -> tuple:
+    """decode(codes, scales or None, out, factor, threads) of a tensor of a little over 32 MB
+    (a last block cut short) against the reference's values at outputs of every alignment, with
+    and without a factor, in 1 and 2 threads; returns (codes, scales, reference values)."""
+    n = LARGE
+    fmt = get(name).for_shape((n,))
+    x = edge_tensor(n, np.random.default_rng(seed)) * np.float32(1e-3 if fmt.uses_residual else 1)
+    buf = q.quantize(x, fmt, backend="cpu")
+    want = q.dequantize(buf, fmt, n, backend="reference")
+    nb = fmt.n_blocks(n)
+    codes, scales = buf[4 * nb:], buf[: 4 * nb].view(np.float32) if fmt.has_scales else None
+    raw = np.empty(n + 64, np.float32)
+    base = (-raw.ctypes.data % 64) // 4
+    for offset, scale, threads in [(0, 1.0, 1), (1, 1.0, 1), (2, 1 / 3, 2), (3, 0.5, 1), (4, 1.0, 1), (7, 1.0, 2),
+                                   (8, 1.0, 1), (13, 1.0, 2), (14, 0.5, 1)]:
+        out = raw[base + offset: base + offset + n]
+        out[:] = np.nan
+        decode(codes, scales, out, float(np.float32(scale)), threads)
+        expect = want if scale == 1.0 else want * np.float32(scale)
+        assert np.array_equal(expect.view(np.uint32), out.view(np.uint32)), (offset, scale, threads)
+    return codes, scales, want
+
+
 @avx512
 @pytest.mark.parametrize("name", ["q8", "q4", "q4_threshold", "twobit"])
 def test_large_decodes_stream_at_any_alignment(name):
     """Decodes of at least 32 MB use streaming stores (kernels/codec_x86.c, STREAM_MIN_BYTES),
-    from each block's first 64-byte boundary, also where threads write parts of them: the
-    reference's values at every output alignment, a last block cut short, with and without a
-    factor."""
-    n = (32 << 20) // 4 + 1024 * 3 + 517
-    fmt = get(name).for_shape((n,))
-    x = edge_tensor(n, np.random.default_rng(11)) * np.float32(1e-3 if fmt.uses_residual else 1)
-    buf = q.quantize(x, fmt, backend="cpu")
-    want = q.dequantize(buf, fmt, n, backend="reference")
-    nb = fmt.n_blocks(n)
-    raw = np.empty(n + 64, np.float32)
-    base = (-raw.ctypes.data % 64) // 4
-    table = cpu.native_decoder(fmt, n)
-    for offset, scale, threads in [(0, 1.0, 1), (1, 1.0, 1), (2, 1 / 3, 2), (4, 1.0, 1), (8, 1.0, 1), (13, 1.0, 2),
-                                   (14, 0.5, 1)]:
-        out = raw[base + offset: base + offset + n]
-        out[:] = np.nan
-        scales = buf[: 4 * nb].view(np.float32) if fmt.has_scales else None
-        native.decode(buf[4 * nb:], n, fmt.block_for(n), fmt.bits, scales, table, out, False, threads,
-                      float(np.float32(scale)))
-        expect = want if scale == 1.0 else want * np.float32(scale)
-        assert np.array_equal(expect.view(np.uint32), out.view(np.uint32)), (offset, scale, threads)
+    from each block's first 64-byte boundary, also where threads write parts of them."""
+    fmt = get(name).for_shape((LARGE,))
+    large_decodes(name, 11, lambda c, s, out, f, t: native.decode(
+        c, LARGE, fmt.block_for(LARGE), fmt.bits, s, cpu.native_decoder(fmt, LARGE), out, False, t, f))
+
+
+@avx2
+@pytest.mark.parametrize("name", ["q8", "q4", "q4_threshold"])
+def test_large_avx2_decodes_stream_at_any_alignment(name):
+    """The AVX2 decode of at least 32 MB streams its stores from each block's first 32-byte
+    boundary where the output is aligned to a byte's codes (else stores as the others);
+    accumulating does not stream."""
+    fmt = get(name).for_shape((LARGE,))
+
+    def decode(c, s, out, factor, threads, accumulate=False):
+        native.sum_ranks([c], LARGE, fmt.block_for(LARGE), fmt.bits, None if s is None else [s],
+                         native.decode_values(fmt), out, threads, accumulate, factor)
+
+    codes, scales, want = large_decodes(name, 12, decode)
+    out = np.full(want.size, 0.25, np.float32)
+    decode(codes, scales, out, 1.0, 2, accumulate=True)
+    assert np.array_equal((np.float32(0.25) + want).view(np.uint32), out.view(np.uint32))
 
 
 @pytest.mark.skipif(native.library() is None or native._load("avx2")[0] is None,
@@ -319,4 +364,4 @@ def test_the_avx2_kernels_where_avx512_runs_too():
                            capture_output=True, text=True, timeout=300)
     assert bench.returncode == 0, bench.stderr
     rows = [line for line in bench.stdout.splitlines() if line.startswith("| ") and "kernels" not in line]
-    assert len(rows) == 4 and all(line.rstrip(" |").endswith("True") for line in rows), bench.stdout
+    assert len(rows) >= 6 and all(line.rstrip(" |").endswith("True") for line in rows), bench.stdout

@@ -17,15 +17,17 @@ MAX_LEVELS = 7  # the threshold kernel's unrolled level count: 2 ** (bits - 1) -
 
 def native_encoder(fmt: Format, n: int):
     """The native kernel's tables if it encodes `fmt` for n elements here, else None: the
-    AVX-512 kernels' (8- or 4-bit), else the AVX2 8-bit kernel's (native.Avx2Tables)."""
+    AVX-512 kernels' (8- or 4-bit), else the AVX2 ones' (native.Avx2Tables, native.Avx2Q4)."""
     if fmt.kind != CODEBOOK or fmt.rounding != "nearest":
         return None
-    if native.library() is None:
-        ok = fmt.bits == 8 and native.library_avx2() is not None
-        return native.avx2_tables(fmt.codebook) if ok else None
+    avx512 = native.library() is not None
+    if not avx512 and native.library_avx2() is None:
+        return None
     if fmt.bits == 8:
-        return native.symmetric_tables(fmt.codebook)
-    return native.cells4(fmt.codebook) if fmt.bits == 4 and _byte_blocks(fmt, n) else None
+        return native.symmetric_tables(fmt.codebook) if avx512 else native.avx2_tables(fmt.codebook)
+    if fmt.bits != 4 or not _byte_blocks(fmt, n):
+        return None
+    return native.cells4(fmt.codebook) if avx512 else native.avx2_q4(fmt.codebook)
 
 
 def native_decoder(fmt: Format, n: int):

@@ -4,13 +4,13 @@ the same bytes as the reference.
 
 AVX-512 (when the CPU has it): nearest-rounded 8-bit codebooks (q8 and the three other 8-bit
 tables), nearest-rounded q4, 4- and 2-bit threshold codes (with or without a residual), and
-decoding any 8-bit codebook or 4- or 2-bit format. AVX2 (where AVX-512 is missing): nearest-rounded 8-bit
-codebooks of at most 7 segments (q8, linear, mantissa), decoding any 8- or 4-bit format, and
-the sum of every rank's codes in one pass. Everything else, or HOROVOD_Q8_NATIVE=0, keeps the
-Numba kernels; HOROVOD_Q8_NATIVE=avx2 uses the AVX2 kernels on a CPU with AVX-512 too (so that
-they can be tested there). Each table is checked where it is built (`symmetric_tables`, `avx2_tables`) to
-fit the one-estimate-one-comparison search, and tests/test_native_codec.py checks every
-float32 in [-1, 1].
+decoding any 8-bit codebook or 4- or 2-bit format. AVX2 (where AVX-512 is missing):
+nearest-rounded 8-bit codebooks of at most 7 segments (q8, linear, mantissa), nearest-rounded
+q4, decoding any 8- or 4-bit format, and the sum of every rank's codes in one pass. Everything
+else, or HOROVOD_Q8_NATIVE=0, keeps the Numba kernels; HOROVOD_Q8_NATIVE=avx2 uses the AVX2
+kernels on a CPU with AVX-512 too (so that they can be tested there). Each table is checked
+where it is built (`symmetric_tables`, `cells4`, `avx2_tables`, `avx2_q4`) to fit its kernel's
+search, and tests/test_native_codec.py checks every float32 in [-1, 1].
 """
 from __future__ import annotations
 
@@ -52,6 +52,12 @@ class Cells4(ctypes.Structure):
 
     _fields_ = [("below", _I32 * 16), ("mid", _I32 * 16), ("pmid", _I32 * 7), ("lo", _I32), ("shift", _I32),
                 ("center", _I32)]
+
+
+class Avx2Q4(ctypes.Structure):
+    """The AVX2 kernel's `hq8_avx2_q4`: field for field, see kernels/codec_avx2.c."""
+
+    _fields_ = [("neg_below", _I32 * 8), ("m1", _I32 * 8), ("m2", _I32 * 8), ("pmid", _I32 * 7), ("center", _I32)]
 
 
 class Avx2Tables(ctypes.Structure):
@@ -135,22 +141,25 @@ SIGNATURES = {
                "hq8_decode2": [_P, _I64, _I64, _P, _P, _P, _INT, _F32, _I64],
                "hq8_threshold": [_P, _I64, _P, _P, _P, _INT],
                "hq8_sum": [_INT, _P, _P, _INT, _I64, _I64, _P, _P, _INT, _F32]},
-    "avx2": {"hq8_avx2_encode8": [_P, _I64, _I64, _P, _P, _P],
-             "hq8_avx2_sum": [_INT, _P, _P, _INT, _I64, _I64, _P, _P, _INT, _F32]},
+    "avx2": {"hq8_avx2_encode8": [_P, _I64, _I64, _P, _P, _P], "hq8_avx2_encode4": [_P, _I64, _I64, _P, _P, _P],
+             "hq8_avx2_sum": [_INT, _P, _P, _INT, _I64, _I64, _P, _P, _INT, _F32, _I64]},
 }
 
 
-def declare(lib: ctypes.CDLL, isa: str) -> None:
-    """The argument types of every kernel of `isa` in lib (all return void)."""
+def declare(lib: ctypes.CDLL, isa: str, missing_ok: bool = False) -> None:
+    """The argument types of every kernel of `isa` in lib (all return void); missing_ok: skip
+    those lib lacks (an older revision's kernel file)."""
     for fn, args in SIGNATURES[isa].items():
+        if missing_ok and not hasattr(lib, fn):
+            continue
         getattr(lib, fn).argtypes, getattr(lib, fn).restype = args, None
 
 
 def load_variant(name: str, source: str, isa: str) -> ctypes.CDLL:
     """`source` (a variant of a kernel file, for the scripts that time one) built as the product
-    builds its kernels, cached under `name`, loaded and declared for `isa`."""
+    builds its kernels, cached under `name`, loaded and declared for `isa` (those it has)."""
     lib = ctypes.CDLL(str(build(name, source, _compiler())))
-    declare(lib, isa)
+    declare(lib, isa, missing_ok=True)
     return lib
 
 
@@ -176,7 +185,7 @@ def describe() -> str:
     avx2, why = _load("avx2")
     if avx2 is None:
         return f"AVX-512: {_load('avx512')[1]}; AVX2: {why}"
-    return f"{why}; for 8-bit encodes, every decode and the ranks' sum (AVX-512: {_load('avx512')[1]})"
+    return f"{why}; for 8-bit and q4 encodes, every decode and the ranks' sum (AVX-512: {_load('avx512')[1]})"
 
 
 def _segments(pos: np.ndarray) -> list[tuple[int, int]]:
@@ -260,6 +269,7 @@ def symmetric_tables(name: str) -> Optional[SymmetricTables]:
     return T
 
 
+Q4_EXP_LOW = 120  # the AVX2 4-bit encoder's first binade (2**(120-127)), kernels/codec_avx2.c
 A_TOP = 0x3F800001  # the largest a the kernels see: the bits of 1.0, plus one for a negative v
 
 
@@ -322,6 +332,30 @@ def avx2_tables(name: str) -> Optional[Avx2Tables]:
 
 
 @functools.lru_cache(maxsize=None)
+def avx2_q4(name: str) -> Optional[Avx2Q4]:
+    """The AVX2 4-bit encoder's table for 4-bit codebook `name`, or None where it does not fit:
+    symmetric about 0 with 7 positive mids, at most two in each binade idx = exponent -
+    Q4_EXP_LOW (at least 0, all below in the first), idx at most 7 (see kernels/codec_avx2.c)."""
+    t = tables(name, 4)
+    pm = t.positive_mid_bits.astype(np.int64)
+    if pm.size != 7:
+        return None
+    idx = np.maximum((pm >> 23) - Q4_EXP_LOW, 0)
+    if idx.max() > 7 or np.bincount(idx).max() > 2:
+        return None
+    T = Avx2Q4()
+    m = np.full((8, 2), INF_BITS, np.int64)
+    for d in range(8):
+        mine = pm[idx == d]
+        m[d, : mine.size] = mine
+    T.neg_below[:] = [-int(np.count_nonzero(idx < d)) for d in range(8)]
+    T.m1[:], T.m2[:] = m[:, 0].tolist(), m[:, 1].tolist()
+    T.pmid[:] = pm.tolist()
+    T.center = t.zero_code
+    return T
+
+
+@functools.lru_cache(maxsize=None)
 def decode_values(fmt) -> np.ndarray:
     """float32[2**bits] values of every code for the AVX2 decode (8 bits: 256, padded with the last)."""
     t = np.asarray(fmt.decode_table(), np.float32)
@@ -362,14 +396,13 @@ def encode8(x: np.ndarray, n: int, block: int, scale_bits: np.ndarray, codes: np
     _in_parts(n, block, threads, lambda a, b: fn(xp + 4 * a, b - a, block, sp + 4 * (a // block), cp + a, t))
 
 
-def encode4(x: np.ndarray, n: int, block: int, scale_bits: np.ndarray, codes: np.ndarray, T: Cells4,
-            threads: int) -> None:
-    """Scales and nearest 4-bit codes for a table symmetric about 0 with 7 positive mids (T:
-    `cells4`); `block` even or n <= block, so that every block starts on a byte."""
-    lib = library()
+def encode4(x: np.ndarray, n: int, block: int, scale_bits: np.ndarray, codes: np.ndarray, T, threads: int) -> None:
+    """Scales and nearest 4-bit codes for a table symmetric about 0 with 7 positive mids: the
+    AVX-512 kernel for T from `cells4`, the AVX2 one for `avx2_q4`'s; `block` even or n <= block,
+    so that every block starts on a byte."""
+    fn = library().hq8_encode4 if isinstance(T, Cells4) else library_avx2().hq8_avx2_encode4
     xp, sp, cp, t = x.ctypes.data, scale_bits.ctypes.data, codes.ctypes.data, ctypes.byref(T)
-    _in_parts(n, block, threads, lambda a, b: lib.hq8_encode4(xp + 4 * a, b - a, block, sp + 4 * (a // block),
-                                                              cp + a // 2, t))
+    _in_parts(n, block, threads, lambda a, b: fn(xp + 4 * a, b - a, block, sp + 4 * (a // block), cp + a // 2, t))
 
 
 def threshold(x: np.ndarray, n: int, residual: Optional[np.ndarray], codes: np.ndarray, levels: np.ndarray,
@@ -411,6 +444,7 @@ def sum_ranks(codes: list, n: int, block: int, bits: int, scales: Optional[list]
         fn, tp = library().hq8_sum, ctypes.addressof(table) if bits == 8 else table.ctypes.data
     else:
         fn, tp = library_avx2().hq8_avx2_sum, table.ctypes.data
+    span = (n,) if isa == "avx2" else ()  # the whole output: whether the AVX2 decode streams its stores
     cps = [c.ctypes.data for c in codes]
     sps = None if scales is None else [s.ctypes.data for s in scales]
     op = out.ctypes.data
@@ -418,6 +452,6 @@ def sum_ranks(codes: list, n: int, block: int, bits: int, scales: Optional[list]
     def call(a: int, b: int) -> None:
         cp = (ctypes.c_void_p * k)(*[c + a * bits // 8 for c in cps])
         sp = None if sps is None else (ctypes.c_void_p * k)(*[s + 4 * (a // block) for s in sps])
-        fn(bits, cp, sp, k, b - a, block, tp, op + 4 * a, int(accumulate), post)
+        fn(bits, cp, sp, k, b - a, block, tp, op + 4 * a, int(accumulate), post, *span)
 
     _in_parts(n, block, threads, call)
