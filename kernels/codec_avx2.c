@@ -200,15 +200,28 @@ AVX2 static inline __attribute__((always_inline)) __m256i counts8_q4(__m256i b, 
     return _mm256_sign_epi32(s, b);  // b = 0 (+0.0) has count 0
 }
 
-// 32 signed counts (4 x 8 int32 lanes, -7..7) -> 16 bytes of codes center - count. After the
-// packs each 128-bit lane holds runs of 4 consecutive elements, so pairs are adjacent: maddubs
-// makes even + 16 * odd of each, and the lanes' 16-bit pairs interleave back into element order.
-AVX2 static inline void store32_4(uint8_t *dst, __m256i c0, __m256i c1, __m256i c2, __m256i c3,
-                                  __m256i center17) {
-    __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(c0, c1), _mm256_packs_epi32(c2, c3));
-    __m256i w = _mm256_sub_epi16(center17, _mm256_maddubs_epi16(_mm256_set1_epi16(0x1001), b));
+// 32 codes (4 x 8 int32 lanes, -128..127) -> 32 bytes; each 128-bit lane then holds runs of 4
+// consecutive elements: 0-3, 8-11, 16-19, 24-27 in the first, 4-7, ... in the second.
+AVX2 static inline __m256i bytes32(__m256i c0, __m256i c1, __m256i c2, __m256i c3) {
+    return _mm256_packs_epi16(_mm256_packs_epi32(c0, c1), _mm256_packs_epi32(c2, c3));
+}
+
+// bytes32's codes (0..15) in pairs: even + 16 * odd, 16-bit lanes.
+AVX2 static inline __m256i pairs4(__m256i b) {
+    return _mm256_maddubs_epi16(_mm256_set1_epi16(0x1001), b);
+}
+
+// Packed bytes (16-bit lanes of pairs4's order, each <= 255) -> 16 bytes in element order: the
+// two lanes' entries interleave.
+AVX2 static inline void store16_pairs(uint8_t *dst, __m256i w) {
     __m256i p = _mm256_packus_epi16(w, w);
     _mm_storeu_si128((__m128i *)dst, _mm_unpacklo_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1)));
+}
+
+// 32 signed counts (-7..7) -> 16 bytes of codes center - count.
+AVX2 static inline void store32_4(uint8_t *dst, __m256i c0, __m256i c1, __m256i c2, __m256i c3,
+                                  __m256i center17) {
+    store16_pairs(dst, _mm256_sub_epi16(center17, pairs4(bytes32(c0, c1, c2, c3))));
 }
 
 AVX2 static inline __attribute__((always_inline)) void codes32_q4(const float *x, __m256 vs, const binades8 *B,
@@ -271,6 +284,88 @@ AVX2 void hq8_avx2_encode4(const float *x, int64_t n, int64_t block, uint32_t *s
             next = codes_q4(xs, len, sc, cs, T, nx, nlen);
         }
     }
+}
+
+// ---- threshold codes (sign + level index, as MXNet's 2-bit ones), with or without a residual ----
+
+// k = count(levels <= |g|) over the first nlev levels (a constant where it is inlined), code = k,
+// or k + half when g < 0 < k, half for a non-finite g; the residual keeps g - the value sent
+// (0 for a non-finite g): codec_x86.c's threshold16, 8 lanes. vals: 0, then the levels.
+AVX2 static inline __attribute__((always_inline)) __m256i threshold8(__m256 g, const __m256 lv[7], const int nlev,
+                                                                      __m256 vals, __m256i half, __m256 *rs) {
+    __m256 a = _mm256_and_ps(g, _mm256_castsi256_ps(_mm256_set1_epi32((int)ABS_MASK)));
+    __m256i k = _mm256_setzero_si256();
+    for (int q = 0; q < nlev; q++) k = _mm256_sub_epi32(k, _mm256_castps_si256(_mm256_cmp_ps(lv[q], a, _CMP_LE_OQ)));
+    __m256 val = _mm256_permutevar8x32_ps(vals, k);  // levels increase: the largest level <= |g|
+    __m256 neg = _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_LT_OQ);
+    __m256 finite = _mm256_cmp_ps(a, _mm256_set1_ps(__builtin_inff()), _CMP_LT_OQ);
+    __m256i signed_k = _mm256_andnot_si256(_mm256_cmpeq_epi32(k, _mm256_setzero_si256()), _mm256_castps_si256(neg));
+    __m256i code = _mm256_add_epi32(k, _mm256_and_si256(signed_k, half));
+    __m256 sent = _mm256_xor_ps(val, _mm256_and_ps(neg, _mm256_set1_ps(-0.0f)));
+    *rs = _mm256_and_ps(_mm256_sub_ps(g, sent), finite);
+    return _mm256_blendv_epi8(half, code, _mm256_castps_si256(finite));
+}
+
+// 32 2-bit codes -> 8 bytes: bytes32's runs of 4 make a byte each (c0 + 4 c1 + 16 c2 + 64 c3),
+// and the two lanes' bytes interleave.
+AVX2 static inline void store32_2(uint8_t *dst, __m256i b) {
+    __m256i q = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi16(0x0401), b), _mm256_set1_epi32(0x00100001));
+    __m256i p = _mm256_packus_epi16(_mm256_packs_epi32(q, q), q);
+    _mm_storel_epi64((__m128i *)dst, _mm_unpacklo_epi8(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1)));
+}
+
+// Elements [0, 32) of x (and residual): codes into dst (32 * bits / 8 bytes), the residual updated.
+AVX2 static inline __attribute__((always_inline)) void threshold32(
+        const int bits, const float *x, float *residual, uint8_t *dst, const __m256 lv[7], __m256 vals, __m256i half) {
+    __m256i c[4];
+    for (int q = 0; q < 4; q++) {
+        __m256 g = _mm256_loadu_ps(x + 8 * q), rs;
+        if (residual) g = _mm256_add_ps(g, _mm256_loadu_ps(residual + 8 * q));
+        c[q] = threshold8(g, lv, (1 << (bits - 1)) - 1, vals, half, &rs);
+        if (residual) _mm256_storeu_ps(residual + 8 * q, rs);
+    }
+    __m256i b = bytes32(c[0], c[1], c[2], c[3]);
+    if (bits == 4) store16_pairs(dst, pairs4(b));
+    else store32_2(dst, b);
+}
+
+AVX2 static inline __attribute__((always_inline)) void threshold_k(
+        const int bits, const float *x, int64_t n, float *residual, uint8_t *codes, const float *levels) {
+    const int nlev = (1 << (bits - 1)) - 1;
+    __m256 lv[7];
+    for (int q = 0; q < nlev; q++) lv[q] = _mm256_set1_ps(levels[q]);
+    float v[8] = {0.0f};
+    for (int q = 0; q < nlev; q++) v[q + 1] = levels[q];
+    const __m256 vals = _mm256_loadu_ps(v);
+    const __m256i half = _mm256_set1_epi32(1 << (bits - 1));
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        _mm_prefetch((const char *)(x + i + PREFETCH_AHEAD), _MM_HINT_T0);
+        _mm_prefetch((const char *)(x + i + PREFETCH_AHEAD + 16), _MM_HINT_T0);
+        if (residual) {
+            _mm_prefetch((const char *)(residual + i + PREFETCH_AHEAD), _MM_HINT_T0);
+            _mm_prefetch((const char *)(residual + i + PREFETCH_AHEAD + 16), _MM_HINT_T0);
+        }
+        threshold32(bits, x + i, residual ? residual + i : NULL, codes + i * bits / 8, lv, vals, half);
+    }
+    if (i < n) {  // the tail through the same vectors: padded with zeros (code 0, the unused bits 0)
+        const int64_t left = n - i;
+        float xt[32] = {0.0f}, rt[32] = {0.0f};
+        uint8_t ct[16];
+        memcpy(xt, x + i, (size_t)left * 4);
+        if (residual) memcpy(rt, residual + i, (size_t)left * 4);
+        threshold32(bits, xt, residual ? rt : NULL, ct, lv, vals, half);
+        memcpy(codes + i * bits / 8, ct, (size_t)((left * bits + 7) / 8));
+        if (residual) memcpy(residual + i, rt, (size_t)left * 4);
+    }
+}
+
+// `bits`-bit threshold codes (4: 7 levels, 2: one) of g = x (+ residual, updated in place when
+// residual is not NULL), 8 / bits to a byte, from a byte. levels: increasing, padded with +Inf to 7.
+AVX2 void hq8_avx2_threshold(const float *x, int64_t n, float *residual, uint8_t *codes, const float *levels,
+                             int bits) {
+    if (bits == 4) threshold_k(4, x, n, residual, codes, levels);
+    else threshold_k(2, x, n, residual, codes, levels);
 }
 
 // ---- decoding: 8-bit codes of a symmetric table, 4-bit codes of any 16-entry table ----

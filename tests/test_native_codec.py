@@ -20,6 +20,7 @@ from horovod_q8.formats import codebooks, get
 
 avx512 = pytest.mark.skipif(native.library() is None, reason="no AVX-512 CPU or no C compiler here")
 avx2 = pytest.mark.skipif(native.library_avx2() is None, reason="AVX-512 kernels in use, or no AVX2 / no C compiler")
+any_native = pytest.mark.skipif(not native.in_use(), reason="no native kernels here (x86-64 and a C compiler)")
 SIGNED8 = ["dynamic_tree", "linear", "mantissa", "static_tree"]
 AVX2_8 = ["dynamic_tree", "linear", "mantissa"]  # static_tree has 8 segments: Numba
 CHUNK = 1 << 24
@@ -217,8 +218,8 @@ def test_switched_off_by_environment():
     assert out.stdout.strip() == "True"
 
 
-@avx512
-@pytest.mark.parametrize("n", [1, 2, 3, 15, 17, 18, 19, 4099, 300_001])
+@any_native
+@pytest.mark.parametrize("n", [1, 2, 3, 15, 17, 18, 19, 31, 32, 33, 63, 65, 4099, 300_001])
 @pytest.mark.parametrize("with_residual", [True, False])
 @pytest.mark.parametrize("name", ["q4_threshold", "twobit"])
 def test_threshold_codes_and_residual_match_the_reference(n, with_residual, name):
@@ -240,7 +241,7 @@ def test_threshold_codes_and_residual_match_the_reference(n, with_residual, name
         assert np.array_equal(r_ref.view(np.uint32), r_cpu.view(np.uint32))
 
 
-@avx512
+@any_native
 @pytest.mark.parametrize("name", ["q4_threshold", "twobit"])
 def test_threshold_threads_split_on_bytes(name):
     n = PARALLEL_MIN * 2 + 777

@@ -90,7 +90,7 @@ def encode(x: np.ndarray, fmt: Format, residual: Optional[np.ndarray] = None,
         K.kernel("encode_codebook", n)(
             x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, t.lut, t.mids, t.values,
             t.positive_mid_bits, t.size, fmt.bits, t.zero_code, fmt.rounding == "stochastic", seed)
-    elif fmt.bits in (2, 4) and native.library() is not None and x.flags.c_contiguous and \
+    elif fmt.bits in (2, 4) and native.in_use() and x.flags.c_contiguous and \
             (residual is None or residual.flags.c_contiguous):
         native.threshold(x, n, residual, codes, padded_levels(tuple(fmt.levels)), fmt.bits, threads(n))
     else:

@@ -6,7 +6,7 @@ AVX-512 (when the CPU has it): nearest-rounded 8-bit codebooks (q8 and the three
 tables), nearest-rounded q4, 4- and 2-bit threshold codes (with or without a residual), and
 decoding any 8-bit codebook or 4- or 2-bit format. AVX2 (where AVX-512 is missing):
 nearest-rounded 8-bit codebooks of at most 7 segments (q8, linear, mantissa), nearest-rounded
-q4, decoding any 8- or 4-bit format, and the sum of every rank's codes in one pass. Everything
+q4, 4- and 2-bit threshold codes, decoding any 8- or 4-bit format, and the sum of every rank's codes in one pass. Everything
 else, or HOROVOD_Q8_NATIVE=0, keeps the Numba kernels; HOROVOD_Q8_NATIVE=avx2 uses the AVX2
 kernels on a CPU with AVX-512 too (so that they can be tested there). Each table is checked
 where it is built (`symmetric_tables`, `cells4`, `avx2_tables`, `avx2_q4`) to fit its kernel's
@@ -142,6 +142,7 @@ SIGNATURES = {
                "hq8_threshold": [_P, _I64, _P, _P, _P, _INT],
                "hq8_sum": [_INT, _P, _P, _INT, _I64, _I64, _P, _P, _INT, _F32]},
     "avx2": {"hq8_avx2_encode8": [_P, _I64, _I64, _P, _P, _P], "hq8_avx2_encode4": [_P, _I64, _I64, _P, _P, _P],
+             "hq8_avx2_threshold": [_P, _I64, _P, _P, _P, _INT],
              "hq8_avx2_sum": [_INT, _P, _P, _INT, _I64, _I64, _P, _P, _INT, _F32, _I64]},
 }
 
@@ -185,7 +186,7 @@ def describe() -> str:
     avx2, why = _load("avx2")
     if avx2 is None:
         return f"AVX-512: {_load('avx512')[1]}; AVX2: {why}"
-    return f"{why}; for 8-bit and q4 encodes, every decode and the ranks' sum (AVX-512: {_load('avx512')[1]})"
+    return f"{why}; for 8-bit, q4 and threshold encodes, 8- and 4-bit decodes and the ranks' sum (AVX-512: {_load('avx512')[1]})"
 
 
 def _segments(pos: np.ndarray) -> list[tuple[int, int]]:
@@ -408,11 +409,11 @@ def encode4(x: np.ndarray, n: int, block: int, scale_bits: np.ndarray, codes: np
 def threshold(x: np.ndarray, n: int, residual: Optional[np.ndarray], codes: np.ndarray, levels: np.ndarray,
               bits: int, threads: int) -> None:
     """`bits`-bit (4 or 2) threshold codes of g = x (+ residual, which keeps what was not sent);
-    levels: float32[7], padded with +inf."""
-    lib = library()
+    levels: float32[7], padded with +inf. The AVX-512 kernel where it runs, else the AVX2 one."""
+    fn = library().hq8_threshold if library() is not None else library_avx2().hq8_avx2_threshold
     xp, cp, lp = x.ctypes.data, codes.ctypes.data, levels.ctypes.data
     rp = residual.ctypes.data if residual is not None else None
-    _in_parts(n, 1 << 14, threads, lambda a, b: lib.hq8_threshold(
+    _in_parts(n, 1 << 14, threads, lambda a, b: fn(
         xp + 4 * a, b - a, None if rp is None else rp + 4 * a, cp + a * bits // 8, lp, bits))
 
 
