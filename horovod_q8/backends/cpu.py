@@ -8,7 +8,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from horovod_q8.backends import cpu_kernels as K
-from horovod_q8.backends import check_decode_scale, decode_sum_by_parts, native
+from horovod_q8.backends import native
+from horovod_q8.backends.common import check_decode_scale, decode_sum_by_parts
 from horovod_q8.formats.codebooks import tables
 from horovod_q8.formats.spec import CODEBOOK, Format
 

@@ -8,7 +8,7 @@ import functools
 from typing import Optional
 
 from horovod_q8 import _compat
-from horovod_q8.backends import check_decode_scale, decode_sum_by_parts, kernel_source
+from horovod_q8.backends.common import check_decode_scale, decode_sum_by_parts, kernel_source
 from horovod_q8.formats.codebooks import tables
 from horovod_q8.formats.spec import CODEBOOK, Format
 

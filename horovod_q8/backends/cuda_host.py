@@ -144,7 +144,7 @@ class DeviceArray(np.ndarray):
 
 
 def _kernel_source() -> str:
-    from horovod_q8.backends import kernel_source
+    from horovod_q8.backends.common import kernel_source
     return kernel_source()
 
 

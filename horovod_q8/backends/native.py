@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from horovod_q8.backends import kernel_source
+from horovod_q8.backends.common import kernel_source
 from horovod_q8.formats.codebooks import tables
 
 SOURCES = {"avx512": "codec_x86.c", "avx2": "codec_avx2.c"}

@@ -6,7 +6,7 @@ from typing import Optional
 
 import numpy as np
 
-from horovod_q8.backends import check_decode_scale, decode_sum_by_parts
+from horovod_q8.backends.common import check_decode_scale, decode_sum_by_parts
 from horovod_q8.formats import reference as R
 from horovod_q8.formats.spec import Format
 
