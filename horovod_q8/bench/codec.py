@@ -115,9 +115,10 @@ def _baseline_native(rev: str, folder: Path, show, git) -> None:
     kernels_dir.mkdir()
     for path in git("ls-tree", "-r", "--name-only", rev, "kernels").split():
         (kernels_dir / Path(path).name).write_text(show(path))
-    line = "from horovod_q8.backends import kernel_source"
     source = show("horovod_q8/backends/native.py")
-    if line not in source:
+    line = next((f"from horovod_q8.backends{m} import kernel_source" for m in (".common", "")
+                 if f"from horovod_q8.backends{m} import kernel_source\n" in source), None)
+    if line is None:
         raise SystemExit(f"--baseline {rev}: its backends/native.py does not import kernel_source as expected")
     source = source.replace(line, f"def kernel_source(name):\n    return open({str(kernels_dir)!r} + '/' + name).read()")
     (folder / "hq8_baseline_native.py").write_text(source)
