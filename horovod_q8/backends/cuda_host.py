@@ -31,6 +31,7 @@ import numpy as np
 
 from horovod_q8 import _compat
 from horovod_q8.backends import native
+from horovod_q8.backends.common import kernel_source
 
 FLAGS = ("-std=c++14", "-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-fast-math",
          "-Wall", "-Wextra", "-Werror")
@@ -125,7 +126,7 @@ class DeviceArray(np.ndarray):
         outs = kwargs.get("out")
         if outs is not None:
             kwargs["out"] = tuple(o.view(np.ndarray) for o in outs)
-        with flushed(_library(_kernel_source())):
+        with flushed(_ftz_library()):
             result = getattr(ufunc, method)(*args, **kwargs)
         if outs is not None:
             return outs[0] if len(outs) == 1 else outs
@@ -143,9 +144,11 @@ class DeviceArray(np.ndarray):
         return _adopt(result) if isinstance(result, np.ndarray) else result
 
 
-def _kernel_source() -> str:
-    from horovod_q8.backends.common import kernel_source
-    return kernel_source()
+@functools.lru_cache(maxsize=None)
+def _ftz_library() -> ctypes.CDLL:
+    """The shipped kernels' host build, whose MXCSR switch elementwise operations use (read and
+    built once, not per operation)."""
+    return _library(kernel_source())
 
 
 def _adopt(a: np.ndarray) -> DeviceArray:
