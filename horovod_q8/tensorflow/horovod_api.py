@@ -119,7 +119,8 @@ ALLREDUCE_PARAMETERS = ("tensor", "average", "device_dense", "device_sparse", "c
 def _wrap_allreduce() -> None:
     """hvd.allreduce: every rank states its compression the first time it uses it (agreement)."""
     original = hvd.allreduce
-    if tuple(inspect.signature(original).parameters) != ALLREDUCE_PARAMETERS:
+    signature = inspect.signature(original)
+    if tuple(signature.parameters) != ALLREDUCE_PARAMETERS:
         _LOG.warning("horovod_q8: horovod.tensorflow.allreduce is not the signature we know; ranks that "
                      "disagree about compression there are caught by the watchdog only")
         return
@@ -128,7 +129,7 @@ def _wrap_allreduce() -> None:
     def allreduce(tensor, *args, **kwargs):
         from horovod_q8.tensorflow.compressor import agree
 
-        bound = inspect.signature(original).bind(tensor, *args, **kwargs)
+        bound = signature.bind(tensor, *args, **kwargs)
         bound.apply_defaults()
         if bound.arguments["process_set"] is hvd.global_process_set:
             agree(bound.arguments["compression"], "allreduce", once=True)
