@@ -22,6 +22,7 @@ BENCHES: Dict[str, Tuple[str, str, bool]] = {
     "formats": ("horovod_q8.bench.format_errors", "error and speed of every format", False),
     "codec": ("horovod_q8.bench.codec", "codec time per format against a float32 copy", False),
     "allreduce": ("horovod_q8.bench.allreduce", "compressed allreduce under horovodrun", False),
+    "auto": ("horovod_q8.bench.auto", "Auto against every fixed compression under horovodrun", False),
     "training": ("horovod_q8.bench.training", "training images/s per compression, loopback or emulated hosts", True),
     "ddp": ("horovod_q8.bench.ddp", "DDP training steps per hook: allreduce, torch's fp16 hook, ddp_hook", False),
     "transfer": ("horovod_q8.bench.transfer", "mpi4py: link alpha/beta, codec rates, transfer and "

@@ -63,6 +63,33 @@ def test_mismatched_settings_stop_with_a_clear_error(what):
     assert time.monotonic() - t0 < 120
 
 
+@pytest.mark.parametrize("what,expected", [("auto_vs_q8", "'q8' there"), ("auto_override", "override=None here vs 'q8' there"),
+                                           ("auto_allow", "allow=")])
+def test_auto_mismatch_stops_every_rank_with_a_clear_error(what, expected):
+    t0 = time.monotonic()
+    rc, out = run(2, "config_mismatch.py", what, timeout=300)
+    assert rc == 0, out[-4000:]
+    assert out.count("MISMATCH-DETECTED") == 2, out[-4000:]
+    assert expected in out or expected.replace("here", "there") in out, out[-4000:]
+    assert time.monotonic() - t0 < 120
+
+
+def test_auto_trains_resumes_with_the_same_choices_and_obeys_the_override(tmp_path):
+    """Auto under horovodrun: fused and per-tensor paths, identical ranks, the sums of the chosen
+    fixed compressor; a resumed run restores the calibration (no measuring) and chooses the same."""
+    ck = str(tmp_path / "auto")
+    rc, trained = run(2, "auto_checks.py", "train", ck)
+    assert_ok(rc, trained)
+    assert "calibration measured" in trained and "horovod_q8 Auto: 1,024-" in trained, trained[-4000:]
+    rc, resumed = run(2, "auto_checks.py", "resume", ck)
+    assert_ok(rc, resumed)
+    assert "calibration restored" in resumed, resumed[-4000:]
+    fingerprint = [ln.split("AUTO-FINGERPRINT ", 1)[1] for out in (trained, resumed)
+                   for ln in out.splitlines() if "AUTO-FINGERPRINT " in ln]
+    assert len(fingerprint) == 2 and fingerprint[0] == fingerprint[1], fingerprint
+    assert_ok(*run(2, "auto_checks.py", "forced", ck, env={"HOROVOD_Q8_AUTO": "q4"}))
+
+
 def test_rank_without_horovod_q8_ends_the_job_instead_of_hanging():
     """Rank 1 calls Horovod's allreduce directly: our code cannot see it and Horovod's collectives
     cannot time out; the agreement's watchdog ends the job with a message."""

@@ -17,6 +17,7 @@ import sys
 import threading
 from typing import Any, Callable, Dict, Iterator, Sequence
 
+from horovod_q8.collective.auto import Auto
 from horovod_q8.collective.setting import Setting, difference
 
 TIMEOUT_ENV = "HOROVOD_Q8_CHECK_TIMEOUT_S"
@@ -44,23 +45,30 @@ def timeout_s() -> float:
 def describe(compression: Any) -> Any:
     """What a compression does, as plain JSON values: a horovod_q8 setting's fingerprint, or the
     name of Horovod's own compressor (or of any other class)."""
-    if isinstance(compression, Setting):
+    if isinstance(compression, (Setting, Auto)):
         return compression.fingerprint()
     cls = compression if isinstance(compression, type) else type(compression)
     return _BUILTIN.get(cls.__name__, f"{cls.__module__}.{cls.__qualname__}")
 
 
+def _is_auto(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"auto"}
+
+
 def _short(value: Any) -> str:
-    """A fingerprint as its format's name; anything else as itself."""
+    """A fingerprint as its format's name (or Auto's allowed formats); anything else as itself."""
     if isinstance(value, dict) and isinstance(value.get("format"), dict):
         return f"horovod_q8 {value['format'].get('name')!r}"
+    if _is_auto(value) and isinstance(value["auto"], dict):
+        return f"horovod_q8 Auto (allow {value['auto'].get('allow')})"
     return repr(value)
 
 
 def _detail(mine: Any, theirs: Any, prefix: str = "") -> str:
     if isinstance(mine, dict) and isinstance(theirs, dict):
         keys = sorted(set(mine) | set(theirs))
-        kinds = [k for k in keys if isinstance(mine.get(k), dict) != isinstance(theirs.get(k), dict)]
+        kinds = [k for k in keys if isinstance(mine.get(k), dict) != isinstance(theirs.get(k), dict)
+                 or _is_auto(mine.get(k)) != _is_auto(theirs.get(k))]
         if not kinds:
             return difference(mine, theirs, prefix)
         return "; ".join(f"{prefix}{k}={_short(mine.get(k))} here vs {_short(theirs.get(k))} there" for k in kinds)

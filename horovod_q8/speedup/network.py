@@ -8,24 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-GBIT = 1e9 / 8  # bytes/s in one Gbit/s
-
-
-@dataclass(frozen=True)
-class Link:
-    """One full-duplex link: `bandwidth` bytes/s in each direction, `alpha` seconds per message."""
-
-    name: str
-    bandwidth: float
-    alpha: float
-
-    def __post_init__(self) -> None:
-        if self.bandwidth <= 0 or self.alpha < 0:
-            raise ValueError(f"{self.name}: bandwidth must be > 0 and alpha >= 0")
-
-    @property
-    def gbit(self) -> float:
-        return self.bandwidth / GBIT
+from horovod_q8.collective.cost import GBIT, Link  # noqa: F401 (speedup.network.Link)
 
 
 # name: (Gbit/s, alpha in microseconds). Ethernet below 25 GbE is assumed to be TCP, 25 GbE and

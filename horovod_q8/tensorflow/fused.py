@@ -7,6 +7,7 @@ the `CompressionState` of that optimizer (tracked, so checkpoints save it).
 """
 from __future__ import annotations
 
+import json
 from typing import List, Optional
 
 import horovod.tensorflow as hvd
@@ -29,9 +30,13 @@ def check_op(op) -> None:
 
 class FusedReducer(tf.Module):
     """allreduce_grads(grads, vars=None, use_generic_names=False), as Horovod's own, with
-    gradients in buckets of up to fusion_bytes, each through one compressed sum."""
+    gradients in buckets of up to fusion_bytes, each through one compressed sum.
 
-    def __init__(self, name: str, compression: Q8Compressor, sparse_as_dense: bool, op,
+    compression: a Q8Compressor, or an AutoCompressor: each bucket then goes as the format Auto
+    chooses for its size (Horovod's own allreduce for none and fp16); its calibration is kept in
+    `auto_calibration`, so the optimizer's checkpoint restores the same choices."""
+
+    def __init__(self, name: str, compression, sparse_as_dense: bool, op,
                  gradient_predivide_factor: float, fusion_bytes: int = DEFAULT_FUSION_BYTES,
                  transient: bool = False) -> None:
         super().__init__(name="horovod_q8_reducer")
@@ -50,6 +55,9 @@ class FusedReducer(tf.Module):
         # differentiates, so the state outlives it and two models' tapes never share one.
         self.transient = transient
         self.state = CompressionState()
+        auto = getattr(compression, "auto_state", None) is not None
+        self.auto_calibration = tf.Variable("", trainable=False, name="horovod_q8_auto_calibration") \
+            if auto and not transient else None
         self._eager_fn = tf.function(self._reduce) if tf.executing_eagerly() else None
 
     def __call__(self, grads, vars=None, use_generic_names=False):
@@ -71,6 +79,7 @@ class FusedReducer(tf.Module):
             n_ranks = hvd.size()
             if n_ranks > 1:
                 check_same_config(self.compression)
+                self._auto_calibrated()
             for i, g in enumerate(grads):  # integer, sparse or unknown-shape gradients: Horovod's own path
                 if g is None or i in fused_set:
                     continue
@@ -80,25 +89,46 @@ class FusedReducer(tf.Module):
                                        name=f"{name}.plain{i}")
             shapes = [tuple(grads[i].shape) for i in fused]
             scale = pre * post / (n_ranks if op == hvd.Average else 1)
-            buckets = policy.plan_buckets(shapes, self.fusion_bytes, 4,
-                                          bool(self.compression.format.level_groups))
+            auto = getattr(self.compression, "auto_state", None) is not None
+            by_group = self.compression.level_groups if auto else bool(self.compression.format.level_groups)
+            buckets = policy.plan_buckets(shapes, self.fusion_bytes, 4, by_group)
             order = PhaseOrder()  # buckets in the same order on every rank, phases overlapping
             for b, members in enumerate(buckets):
                 idx = [fused[m] for m in members]
                 flat = tf.concat([C.as_flat_float32(grads[i]) for i in idx], axis=0)
                 n = int(flat.shape[0])
-                group = policy.bucket_group(self.compression, shapes, members)
-                decision = policy.decide(self.compression, True, n, n_ranks, group)
-                if not decision.compress:
-                    total = hvd.allreduce(flat, op=hvd.Sum, name=f"{name}.small{b}") * scale
+                comp = self.compression.for_bucket(n) if auto and n_ranks > 1 else self.compression
+                if not isinstance(comp, Q8Compressor):  # Auto chose Horovod's none or fp16
+                    total = hvd.allreduce(flat, op=hvd.Sum, compression=comp, name=f"{name}.auto{b}") * scale
                 else:
-                    req = policy.request(self.compression, n, group, f"q8.{name}.bucket{b}")
-                    total = C.compressed_sum(self.state, req, flat, True, self.compression.warmup_steps,
-                                             self.compression.format.seed, scale=scale, order=order)
+                    group = policy.bucket_group(comp, shapes, members)
+                    decision = policy.decide(comp, True, n, n_ranks, group)
+                    if not decision.compress:
+                        total = hvd.allreduce(flat, op=hvd.Sum, name=f"{name}.small{b}") * scale
+                    else:
+                        key = f"q8.{name}.{comp.name}.bucket{b}" if auto else f"q8.{name}.bucket{b}"
+                        req = policy.request(comp, n, group, key)
+                        total = C.compressed_sum(self.state, req, flat, True, comp.warmup_steps,
+                                                 comp.format.seed, scale=scale, order=order)
                 parts = tf.split(total, [policy.numel(grads[i].shape) for i in idx])
                 for i, part in zip(idx, parts):
                     out[i] = tf.cast(tf.reshape(part, grads[i].shape), grads[i].dtype)
             return out
+
+
+    def _auto_calibrated(self) -> None:
+        """Auto: a restored calibration is used; a new one is saved with the optimizer."""
+        state = getattr(self.compression, "auto_state", None)
+        if state is None:
+            return
+        with tf.init_scope():
+            var = self.auto_calibration
+            saved = var.numpy().decode() if var is not None else ""
+            if saved and state.plan is None and state.loaded is None:
+                state.load_state_dict(json.loads(saved))
+            self.compression.plan()
+            if var is not None:
+                var.assign(json.dumps(state.state_dict()))
 
 
 _SHARED: dict = {}  # (setting, name, sources) -> the state of reducers that cannot own one

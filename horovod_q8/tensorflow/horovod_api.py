@@ -49,6 +49,7 @@ def fence_problem() -> Optional[str]:
 def _make(name, device_dense, device_sparse, compression, sparse_as_dense, op,
           gradient_predivide_factor, groups, process_set=hvd.global_process_set):
     """Horovod's signature; a FusedReducer for a horovod_q8 compressor, else Horovod's own."""
+    from horovod_q8.tensorflow.auto import AutoCompressor
     from horovod_q8.tensorflow.compressor import Q8Compressor, agree
     from horovod_q8.tensorflow.fused import DEFAULT_FUSION_BYTES, FusedReducer
 
@@ -60,10 +61,10 @@ def _make(name, device_dense, device_sparse, compression, sparse_as_dense, op,
     transient = name == TAPE_NAME or not tf.executing_eagerly()
     if not transient and process_set is hvd.global_process_set:  # every rank says what it compresses
         agree(compression, "DistributedOptimizer")
-    if not isinstance(compression, Q8Compressor):
+    if not isinstance(compression, (Q8Compressor, AutoCompressor)):
         return horovods_own(compression)
     if getattr(_local, "off", False) or os.environ.get("HOROVOD_Q8_FUSED", "1") == "0":
-        if transient:
+        if transient or isinstance(compression, AutoCompressor):
             return horovods_own(compression)
         own = compression.fresh()
         return PerTensorReducer(horovods_own(own), own.state)

@@ -15,6 +15,12 @@ def bytes_per_step(shapes: Iterable[tuple], compression, ranks: int, fused: bool
     with Horovod's own compressors named)."""
     from horovod_q8.tensorflow.compressor import Q8Compressor
 
+    shapes = [tuple(int(d) for d in s) for s in shapes]
+    if getattr(compression, "auto_state", None) is not None:  # Auto: each bucket as it chose
+        groups = policy.plan_buckets(shapes, fusion_bytes, 4, compression.level_groups) if fused \
+            else [[i] for i in range(len(shapes))]
+        sizes = [sum(policy.numel(shapes[m]) for m in members) for members in groups]
+        return sum(bytes_per_step([(n,)], compression.for_bucket(n), ranks, fused, fusion_bytes) for n in sizes)
     if not isinstance(compression, Q8Compressor):
         compression = "fp16" if compression is hvd.Compression.fp16 else "none"
     return policy.bytes_per_step(list(shapes), compression, ranks, fused, fusion_bytes)

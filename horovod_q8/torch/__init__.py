@@ -12,12 +12,27 @@ optimizer factory and names tensors for compress() (`horovod_api`).
 """
 import importlib.util
 from pathlib import Path
+from typing import Optional, Sequence
 
+from horovod_q8.collective.auto import DEFAULT_ALLOW
 from horovod_q8.formats import COMPRESSION_NAMES
+from horovod_q8.torch import compressor as _fixed
+from horovod_q8.torch.auto import AutoCompressor, auto
 from horovod_q8.torch.common import ConfigMismatchError
-from horovod_q8.torch.compressor import Q8Compressor, compressor
+from horovod_q8.torch.compressor import Q8Compressor
 from horovod_q8.torch.ddp import Q8HookState, ddp_hook
 from horovod_q8.torch.optimizer import DistributedOptimizer
+
+
+def compressor(name: str = "q8", *, allow: Optional[Sequence[str]] = None, **options):
+    """A compressor for horovod.torch's `compression=` by name: "auto" (each tensor's format chosen
+    from the measured link and codec, among `allow`), "none" and "fp16" (Horovod's own), or a
+    horovod_q8 format; options as `horovod_q8.torch.compressor.compressor`."""
+    if name == "auto":
+        return auto(DEFAULT_ALLOW if allow is None else allow, **options)
+    if allow is not None:
+        raise TypeError("allow= is an option of compressor('auto') only")
+    return _fixed.compressor(name, **options)
 
 
 class _HorovodOwn:
@@ -44,10 +59,12 @@ class Compression:
     q4 = compressor("q4")
     q4_threshold = compressor("q4_threshold")
     twobit = compressor("twobit")
+    auto = compressor("auto")
 
 
 Q8 = Compression.q8
 Q4 = Compression.q4
+Auto = Compression.auto
 
 
 def horovod_torch_built() -> bool:
@@ -67,5 +84,5 @@ def _install_horovod() -> bool:
 
 HOROVOD = _install_horovod()
 
-__all__ = ["COMPRESSION_NAMES", "Compression", "ConfigMismatchError", "DistributedOptimizer", "Q4", "Q8",
-           "Q8Compressor", "Q8HookState", "compressor", "ddp_hook"]
+__all__ = ["Auto", "AutoCompressor", "COMPRESSION_NAMES", "Compression", "ConfigMismatchError",
+           "DistributedOptimizer", "Q4", "Q8", "Q8Compressor", "Q8HookState", "compressor", "ddp_hook"]

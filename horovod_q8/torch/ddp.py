@@ -15,8 +15,10 @@ import torch
 import torch.distributed as dist
 
 from horovod_q8.collective import engine, policy
+from horovod_q8.collective.auto import Auto, AutoState, make_auto
 from horovod_q8.collective.setting import Setting
 from horovod_q8.torch import dist_agreement
+from horovod_q8.torch.auto import dist_probe, log_on_rank0, settings_of
 from horovod_q8.torch.common import group_of, make_setting, seed_for
 from horovod_q8.torch.dist import DistTransport
 from horovod_q8.torch.state import TorchResiduals
@@ -30,7 +32,8 @@ class Q8HookState:
     """The state of `ddp_hook` for one DDP model.
 
     compression: a format name ("q8", "q4", "q4_threshold", ...) or a Setting, such as
-    `horovod_q8.torch.compressor("q8", block_size=256)`. process_group: None for the default.
+    `horovod_q8.torch.compressor("q8", block_size=256)`; or "auto" (options allow=, min_size=
+    and the formats' options), each bucket then as the format Auto chooses for its size. process_group: None for the default.
     warmup_steps: the first steps go as DDP's plain allreduce (PowerSGD's start_powerSGD_iter).
     min_size: buckets (or layer groups of one) with fewer elements go uncompressed.
     error_feedback: keep what quantization dropped and add it next step (None: threshold formats).
@@ -39,8 +42,17 @@ class Q8HookState:
     `state_dict()` saves them with the step, per rank.
     """
 
-    def __init__(self, compression: Union[str, Setting] = "q8", process_group=None, **options) -> None:
-        self.setting = make_setting(compression, **options)
+    def __init__(self, compression: Union[str, Setting, Auto] = "q8", process_group=None, **options) -> None:
+        self.auto: Optional[Auto] = None
+        if compression == "auto" or isinstance(compression, Auto):
+            self.auto = compression if isinstance(compression, Auto) else make_auto(**options)
+            self.auto_state = AutoState(Auto(self.auto.allow, self.auto.min_size, self.auto.options))
+            self.settings = settings_of(self.auto)
+            self.setting: Optional[Setting] = None
+            self.warmup_steps = int(dict(self.auto.options).get("warmup_steps", 0))
+        else:
+            self.setting = make_setting(compression, **options)
+            self.warmup_steps = self.setting.warmup_steps
         self.process_group = process_group
         self.iter = 0
         self.residuals: Optional[TorchResiduals] = None
@@ -64,22 +76,53 @@ class Q8HookState:
         through the process group's store, bounded by HOROVOD_Q8_CHECK_TIMEOUT_S)."""
         if self._checked:
             return
-        dist_agreement.agree(self.setting.fingerprint(), self.process_group)
+        dist_agreement.agree(self.fingerprint(), self.process_group)
         self._checked = True
+
+    def fingerprint(self) -> dict:
+        return (self.auto or self.setting).fingerprint()
+
+    def choose(self, n: int) -> Tuple[str, Optional[Setting]]:
+        """Auto: the format for a bucket of n elements and its Setting (None: none or fp16),
+        calibrating at the first bucket (every rank together)."""
+        group = self.process_group
+        plan = self.auto_state.ensure(lambda: dist_probe(self._probe_send, group),
+                                      lambda s, label: dist_agreement.agree(s, group, label),
+                                      log_on_rank0(dist.get_rank(group)))
+        name = plan.choose(n).name
+        return name, self.settings[name]
+
+    def _probe_send(self, name: str, t: torch.Tensor) -> None:
+        """Calibration: one bucket's path as `name`, residuals and steps left untouched."""
+        setting = self.settings[name]
+        if setting is None:
+            _plain_average(t, dist.get_world_size(self.process_group), self.process_group, half=name == "fp16")
+            return
+        x = t.reshape(-1)
+        transport = self.transport(t.device)
+        req = policy.request(setting, x.numel(), group_of(x), f"ddp.auto.calibration.{name}.{x.numel()}")
+        with kernel_stream(t.device):
+            engine.compressed_sum(transport, req, as_array(x), TorchResiduals(t.device),
+                                  lambda k: seed_for(setting.format.seed, k, 0, transport.rank))
 
     def maybe_increase_iter(self, bucket) -> None:
         if bucket.is_last():
             self.iter += 1
 
     def state_dict(self) -> dict:
-        return {"iter": self.iter, "setting": self.setting.fingerprint(),
-                "residuals": None if self.residuals is None else self.residuals.state_dict()}
+        out = {"iter": self.iter, "setting": self.fingerprint(),
+               "residuals": None if self.residuals is None else self.residuals.state_dict()}
+        if self.auto is not None:
+            out["auto"] = self.auto_state.state_dict()
+        return out
 
     def load_state_dict(self, state: dict) -> None:
-        if state.get("setting") not in (None, self.setting.fingerprint()):
+        if state.get("setting") not in (None, self.fingerprint()):
             raise ValueError("horovod_q8: this checkpoint's hook state was saved with another "
                              "compression setting")
         self.iter = int(state["iter"])
+        if self.auto is not None and state.get("auto"):
+            self.auto_state.load_state_dict(state["auto"])
         if state.get("residuals") is not None:
             self.residuals = TorchResiduals(self.residuals.device if self.residuals is not None else "cpu")
             self.residuals.load_state_dict(state["residuals"])
@@ -123,19 +166,25 @@ def average(state: Q8HookState, flat: torch.Tensor, key: str,
     n_ranks = dist.get_world_size(state.process_group)
     if n_ranks > 1:
         state.check_config()
-    if n_ranks == 1 or state.iter < state.setting.warmup_steps:
+    if n_ranks == 1 or state.iter < state.warmup_steps:
         dist.all_reduce(flat, group=state.process_group)
         return flat.div_(n_ranks)
-    if not state.setting.format.level_groups or not groups:
+    setting, prefix = state.setting, f"ddp.{key}"
+    if state.auto is not None:
+        name, setting = state.choose(flat.numel())
+        if setting is None:
+            return _plain_average(flat, n_ranks, state.process_group, half=name == "fp16")
+        prefix = f"ddp.{key}.{name}"
+    if not setting.format.level_groups or not groups:
         whole = next(iter(groups)) if groups else group_of(flat)
         groups = OrderedDict([(whole, [(0, flat.numel())])])
     plain: List[Tuple[Ranges, torch.Tensor]] = []
     for g, ranges in groups.items():
         part = flat[ranges[0][0]:ranges[0][1]] if len(ranges) == 1 else torch.cat([flat[s:e] for s, e in ranges])
-        if not policy.decide(state.setting, True, part.numel(), n_ranks, g).compress:
+        if not policy.decide(setting, True, part.numel(), n_ranks, g).compress:
             plain.append((ranges, part))
             continue
-        total = compressed_sum(state, part, f"ddp.{key}.{g}", g)
+        total = compressed_sum(state, part, f"{prefix}.{g}", g, setting)
         if len(ranges) == 1 and flat.dtype == torch.float32:
             torch.div(total, n_ranks, out=part)  # one pass: the average lands in the bucket
         else:
@@ -152,13 +201,25 @@ def average(state: Q8HookState, flat: torch.Tensor, key: str,
     return flat
 
 
-def compressed_sum(state: Q8HookState, part: torch.Tensor, key: str, group: str) -> torch.Tensor:
+def _plain_average(flat: torch.Tensor, n_ranks: int, group, half: bool) -> torch.Tensor:
+    """DDP's own average, in float16 on the wire where `half` (as torch's fp16_compress_hook)."""
+    if not half or flat.dtype != torch.float32:
+        dist.all_reduce(flat, group=group)
+        return flat.div_(n_ranks)
+    wire = flat.to(torch.float16).div_(n_ranks)
+    dist.all_reduce(wire, group=group)
+    return flat.copy_(wire)
+
+
+def compressed_sum(state: Q8HookState, part: torch.Tensor, key: str, group: str,
+                   setting: Optional[Setting] = None) -> torch.Tensor:
     """The engine's float32 sum of `part` over every rank, in a buffer reused across steps."""
+    setting = setting or state.setting
     device = part.device
     x = part if part.dtype == torch.float32 and part.is_contiguous() else part.float().contiguous()
     t = state.transport(device)
-    req = policy.request(state.setting, x.numel(), group, key)
-    step, rank, base = state.iter, t.rank, state.setting.format.seed
+    req = policy.request(setting, x.numel(), group, key)
+    step, rank, base = state.iter, t.rank, setting.format.seed
     with kernel_stream(device):
         out = engine.compressed_sum(t, req, as_array(x), state.residual_store(device),
                                     lambda k: seed_for(base, k, step, rank))

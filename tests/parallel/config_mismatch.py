@@ -5,9 +5,12 @@ argv[1] = "block" (rank 1 uses another block size), "format" (rank 1 uses q4), "
 hvd.allreduce), "optimizer_none" (the same in hvd.DistributedOptimizer): ConfigMismatchError on
 every rank, printed as MISMATCH-DETECTED. "horovod_unwrapped" (rank 1 calls Horovod's allreduce
 directly, as a script without horovod_q8 would): rank 0's watchdog ends the job with a message.
+"auto_vs_q8" (rank 0 uses Auto, rank 1 q8), "auto_override" (rank 1 alone sets HOROVOD_Q8_AUTO=q8),
+"auto_allow" (rank 1 allows q4 too): ConfigMismatchError on every rank, before any calibration.
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import horovod.tensorflow as hvd
@@ -23,6 +26,14 @@ elif sys.argv[1] == "min_size":
     comp = compressor("q8", min_size=1024 if hvd.rank() == 0 else 100_000)
 elif sys.argv[1] in ("horovod_none", "horovod_unwrapped", "optimizer_none"):
     comp = compressor("q8") if hvd.rank() == 0 else hvd.Compression.none
+elif sys.argv[1] == "auto_vs_q8":
+    comp = compressor("auto" if hvd.rank() == 0 else "q8")
+elif sys.argv[1] == "auto_override":
+    if hvd.rank() == 1:
+        os.environ["HOROVOD_Q8_AUTO"] = "q8"
+    comp = compressor("auto")
+elif sys.argv[1] == "auto_allow":
+    comp = compressor("auto", allow=("none", "fp16", "q8") if hvd.rank() == 0 else ("none", "fp16", "q8", "q4"))
 else:
     comp = compressor("q8" if hvd.rank() == 0 else "q4")
 x = tf.constant(np.ones(5000, np.float32))

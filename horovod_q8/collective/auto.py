@@ -1,0 +1,411 @@
+"""`Auto`: each bucket's format chosen from the measured link and codec through the cost model.
+
+At first use every rank measures, with the collectives its frontend really runs, the link's
+per-message cost (alpha) and bandwidth, and this machine's codec rates for every allowed
+format (`measure`); the ranks exchange their figures and all take the slowest (`combine`), so
+every rank holds the very same `Calibration`. `AutoPlan.choose(n)` then predicts one
+allreduce of n float32 values for each allowed format with `collective.cost.allreduce_time`
+(the speedup model's core) and takes the fastest: identical inputs, identical code, identical
+choice on every rank. Choices depend only on the size, so a tensor keeps its format (and its
+error-feedback state) for the whole run; a checkpoint keeps the calibration, so a resumed run
+chooses the same. `HOROVOD_Q8_AUTO=<format>` forces one choice for every bucket.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from horovod_q8 import codec
+from horovod_q8.collective import cost
+from horovod_q8.formats import COMPRESSION_NAMES
+from horovod_q8.options import require_int, shown
+
+OVERRIDE_ENV = "HOROVOD_Q8_AUTO"
+DEFAULT_ALLOW = ("none", "fp16", "q8")
+SMALL, LARGE = 4096, 1 << 20  # elements of the two probe sizes
+CODEC_ELEMENTS = 1 << 20  # elements each codec rate is measured on
+PROBE_REPEATS = 3
+RANGE_TOP = 1 << 30  # the largest bucket `AutoPlan.classes` describes
+
+
+def check_allow(allow: Sequence[str]) -> Tuple[str, ...]:
+    """The allowed formats as a tuple in the order given; unknown or repeated names refused."""
+    if isinstance(allow, str) or not allow:
+        raise ValueError(f"allow must be a non-empty list of format names, got {shown(allow)}")
+    out = tuple(allow)
+    unknown = [a for a in out if a not in COMPRESSION_NAMES]
+    if unknown:
+        raise ValueError(f"allow: unknown format(s) {unknown}; choose from {', '.join(COMPRESSION_NAMES)}")
+    if len(set(out)) != len(out):
+        raise ValueError(f"allow names a format twice: {list(out)}")
+    return out
+
+
+@dataclass(frozen=True)
+class Auto:
+    """The Auto setting: which formats it may choose, tensors below `min_size` always plain,
+    and the options of the quantized formats it may choose (block_size, schedule, ...)."""
+
+    allow: Tuple[str, ...] = DEFAULT_ALLOW
+    min_size: int = 1024
+    options: Tuple[Tuple[str, object], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "allow", check_allow(self.allow))
+        require_int("min_size", self.min_size)
+        object.__setattr__(self, "options", tuple(sorted(dict(self.options).items())))
+
+    @property
+    def name(self) -> str:
+        return "auto"
+
+    def fingerprint(self) -> dict:
+        """Plain JSON values: what ranks compare to agree on the setting."""
+        return {"auto": {"allow": list(self.allow), "min_size": self.min_size,
+                         "options": {k: v for k, v in self.options}, "override": override()}}
+
+
+def override() -> Optional[str]:
+    """HOROVOD_Q8_AUTO's format, checked; None when unset."""
+    value = os.environ.get(OVERRIDE_ENV, "").strip()
+    if not value:
+        return None
+    if value not in COMPRESSION_NAMES:
+        raise ValueError(f"{OVERRIDE_ENV}={value!r} is not a format; choose from {', '.join(COMPRESSION_NAMES)}")
+    return value
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What the choice rests on, the same on every rank. alpha: seconds per message;
+    bandwidth: bytes/s a ring allreduce reaches per link; gather_bandwidth: what the allgather
+    that carries codes reaches; rates: format -> (encode, decode) elements/s on this machine;
+    small: format -> seconds of one real allreduce of SMALL elements sent so (its fixed costs:
+    host calls, extra collectives, kernel launches, which the alpha-beta terms do not hold)."""
+
+    ranks: int
+    alpha: float
+    bandwidth: float
+    gather_bandwidth: float
+    rates: Tuple[Tuple[str, float, float], ...] = ()
+    small: Tuple[Tuple[str, float], ...] = ()
+    seconds: float = field(default=0.0, compare=False)  # what measuring cost on this rank
+
+    def rate(self, name: str) -> Tuple[float, float]:
+        if name == "none":
+            return math.inf, math.inf
+        for n, enc, dec in self.rates:
+            if n == name:
+                return enc, dec
+        raise KeyError(f"horovod_q8 Auto: no codec rate was measured for {name!r}")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["rates"] = [list(r) for r in self.rates]
+        d["small"] = [list(r) for r in self.small]
+        return d
+
+    @staticmethod
+    def from_dict(d: dict) -> "Calibration":
+        try:
+            return Calibration(int(d["ranks"]), float(d["alpha"]), float(d["bandwidth"]),
+                               float(d["gather_bandwidth"]),
+                               tuple((str(n), float(e), float(c)) for n, e, c in d["rates"]),
+                               tuple((str(n), float(t)) for n, t in d["small"]),
+                               float(d.get("seconds", 0.0)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"horovod_q8 Auto: not a saved calibration ({e!r})") from None
+
+    def digest(self) -> str:
+        body = {k: v for k, v in self.to_dict().items() if k != "seconds"}
+        return hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A frontend's collectives, each blocking until done on this rank (the callers time them).
+
+    send(name, n): one allreduce (sum) of n float32 elements sent as `name` ("none", "fp16" or
+    a format) through the very path that frontend uses for a bucket so chosen.
+    allgather(nbytes): every rank's nbytes uint8 to every rank, as the compressed path sends codes.
+    gather(obj): every rank's obj, in rank order (an allgather_object).
+    fp16_roundtrip(n): the frontend's float32 -> float16 -> float32 casts of n elements.
+    """
+
+    ranks: int
+    send: Callable[[str, int], None]
+    allgather: Callable[[int], None]
+    gather: Callable[[object], List[object]]
+    fp16_roundtrip: Optional[Callable[[int], None]] = None
+
+
+def _best(fn: Callable[[], None], repeats: int = PROBE_REPEATS) -> float:
+    fn()  # the first call pays for buffers and connections
+    best = math.inf
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def codec_rates(names: Sequence[str], fp16_roundtrip: Optional[Callable[[int], None]] = None,
+                n: int = CODEC_ELEMENTS) -> List[Tuple[str, float, float]]:
+    """(name, encode, decode) elements/s of each quantized format (and fp16) on this machine."""
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    out = []
+    for name in names:
+        if name == "none":
+            continue
+        if name == "fp16":
+            if fp16_roundtrip is None:
+                t = _best(lambda: x.astype(np.float16).astype(np.float32))
+            else:
+                t = _best(lambda: fp16_roundtrip(n))
+            out.append((name, 2 * n / t, 2 * n / t))  # the roundtrip is one cast each way
+            continue
+        buf = codec.quantize(x, name, seed=1)
+        dst = np.empty_like(x)
+        enc = _best(lambda: codec.quantize(x, name, seed=1))
+        dec = _best(lambda: codec.dequantize(buf, name, n, out=dst))
+        out.append((name, n / enc, n / dec))
+    return out
+
+
+def measure(probe: Probe, allow: Sequence[str]) -> dict:
+    """This rank's figures: the link's probe times, each allowed path's time at SMALL elements
+    and the codec rates (a few hundred ms in all)."""
+    t0 = time.perf_counter()
+    small = {name: _best(lambda: probe.send(name, SMALL)) for name in dict.fromkeys(("none", *allow))}
+    large = _best(lambda: probe.send("none", LARGE), repeats=2)
+    gathered = _best(lambda: probe.allgather(LARGE), repeats=2)
+    rates = codec_rates(allow, probe.fp16_roundtrip)
+    return {"small": small, "large": large, "gather": gathered, "rates": rates,
+            "seconds": time.perf_counter() - t0}
+
+
+def combine(figures: Sequence[dict], ranks: int) -> Calibration:
+    """Every rank's figures -> one Calibration: the slowest rank's figure of each kind (the
+    collective waits for it). Pure, so ranks with the same list compute the same bits."""
+    p = max(ranks, 2)
+    small = {nm: max(f["small"][nm] for f in figures) for nm in figures[0]["small"]}
+    large = max(f["large"] for f in figures)
+    gathered = max(f["gather"] for f in figures)
+    # ring: t(n) = 2 (P-1) alpha + 2 (P-1) / P * 4 n / bandwidth, through the two sizes
+    per_element = max(large - small["none"], 1e-12) / (LARGE - SMALL)
+    bandwidth = 2 * (p - 1) / p * 4 / per_element
+    alpha = max(small["none"] - per_element * SMALL, 0.0) / (2 * (p - 1))
+    gather_time = gathered - (p - 1) * alpha
+    gather_bandwidth = (p - 1) * LARGE / gather_time if gather_time > 0 else bandwidth
+    names = [r[0] for r in figures[0]["rates"]]
+    rates = tuple((nm, min(dict((r[0], r[1]) for r in f["rates"])[nm] for f in figures),
+                   min(dict((r[0], r[2]) for r in f["rates"])[nm] for f in figures)) for nm in names)
+    return Calibration(ranks, alpha, bandwidth, gather_bandwidth, rates, tuple(small.items()),
+                       max(f["seconds"] for f in figures))
+
+
+def calibrate(probe: Probe, allow: Sequence[str]) -> Calibration:
+    """Measure here, exchange with every rank, combine: the same Calibration on every rank."""
+    mine = measure(probe, allow)
+    return combine(probe.gather(mine), probe.ranks)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The format for a bucket of n elements and what each allowed format was predicted to take."""
+
+    n: int
+    name: str
+    predicted: Tuple[Tuple[str, float], ...]
+    reason: str
+
+
+class AutoPlan:
+    """Choices by bucket size from one Calibration: deterministic and fixed once made."""
+
+    def __init__(self, auto: Auto, calibration: Calibration, restored: bool = False) -> None:
+        self.auto = auto
+        self.calibration = calibration
+        self.restored = restored  # from a checkpoint, not measured by this run
+        self.forced = override()
+        if self.forced is not None and self.forced not in auto.allow:
+            raise ValueError(f"{OVERRIDE_ENV}={self.forced!r} is not among this Auto's allow={list(auto.allow)}")
+        self._cache: Dict[int, Choice] = {}
+        self._overhead: Dict[str, float] = {}
+
+    def model(self, name: str, n: int) -> float:
+        """Seconds for one allreduce of n float32 elements sent as `name`: the cost model's
+        alpha-beta and codec terms from the calibration."""
+        c = self.calibration
+        enc, dec = c.rate(name)
+        bw = c.bandwidth if name in cost.UNCOMPRESSED else c.gather_bandwidth
+        return cost.allreduce_time(name, n, c.ranks, alpha=c.alpha, bandwidth=bw, encode_rate=enc,
+                                   decode_rate=dec)["total"]
+
+    def overhead(self, name: str) -> float:
+        """What the real path took at SMALL elements beyond the model: its fixed cost per call."""
+        if name not in self._overhead:
+            measured = dict(self.calibration.small).get(name)
+            self._overhead[name] = 0.0 if measured is None else max(0.0, measured - self.model(name, SMALL))
+        return self._overhead[name]
+
+    def predict(self, name: str, n: int) -> float:
+        """Predicted seconds of one allreduce of n elements sent as `name`."""
+        return self.model(name, n) + self.overhead(name)
+
+    def choose(self, n: int) -> Choice:
+        n = int(n)
+        if n not in self._cache:
+            self._cache[n] = self._choose(n)
+        return self._cache[n]
+
+    def _choose(self, n: int) -> Choice:
+        allow = self.auto.allow
+        predicted = tuple((a, self.predict(a, n)) for a in allow)
+        if n < max(self.auto.min_size, 1):
+            plain = "none" if "none" in allow else allow[0]
+            return Choice(n, plain, predicted, f"fewer than min_size={self.auto.min_size} elements")
+        if self.forced:
+            return Choice(n, self.forced, predicted, f"{OVERRIDE_ENV}={self.forced}")
+        best = min(predicted, key=lambda kv: kv[1])  # ties: the first allowed
+        return Choice(n, best[0], predicted, "least predicted time")
+
+    def classes(self, top: int = RANGE_TOP) -> List[Tuple[int, int, Choice]]:
+        """(first, last, choice at first) for each run of bucket sizes with one choice and reason,
+        from 1 element to `top`: boundaries found by bisection between powers of two."""
+        def kind(n: int) -> Tuple[str, str]:
+            ch = self.choose(n)
+            return ch.name, ch.reason
+
+        out: List[Tuple[int, int, Choice]] = []
+        lo, current = 1, kind(1)
+        k = 1
+        while k < top:
+            hi = min(2 * k, top)
+            if kind(hi) != current:
+                a, b = k, hi  # kind(a) is current, kind(b) is not
+                while b - a > 1:
+                    m = (a + b) // 2
+                    a, b = (m, b) if kind(m) == current else (a, m)
+                out.append((lo, a, self.choose(lo)))
+                lo, current = b, kind(b)
+            k = hi
+        out.append((lo, top, self.choose(lo)))
+        return out
+
+    def describe(self) -> List[str]:
+        """One line per decision class: size range -> format, with every candidate's prediction."""
+        c = self.calibration
+        lines = [f"horovod_q8 Auto: {c.ranks} ranks, link alpha {c.alpha * 1e6:.0f} us, "
+                 f"ring {c.bandwidth * 8 / 1e9:.2f} Gbit/s, allgather {c.gather_bandwidth * 8 / 1e9:.2f} Gbit/s, "
+                 + ("calibration restored from a checkpoint" if self.restored else
+                    f"calibration measured in {c.seconds * 1e3:.0f} ms")]
+        for first, last, ch in self.classes():
+            at = last if last < RANGE_TOP else max(first, min(last, 1 << 24))
+            preds = ", ".join(f"{name} {self.predict(name, at) * 1e3:.3g} ms" for name in self.auto.allow)
+            lines.append(f"horovod_q8 Auto: {first:,}-{last:,} elements -> {ch.name} ({ch.reason}; "
+                         f"at {at:,}: {preds})")
+        return lines
+
+    def fingerprint(self) -> dict:
+        return {"auto": self.auto.fingerprint(), "calibration": self.calibration.digest(),
+                "classes": [[a, b, ch.name] for a, b, ch in self.classes()]}
+
+
+class AutoState:
+    """One Auto compressor's plan: made once at first use, on every rank together, from a saved
+    calibration (`load_state_dict`) or a fresh one; `recalibrate()` (on every rank) drops it."""
+
+    def __init__(self, auto: Auto) -> None:
+        self.auto = auto
+        self.plan: Optional[AutoPlan] = None
+        self.loaded: Optional[Calibration] = None
+
+    def ensure(self, probe: Callable[[], Probe], agree: Callable[[object, str], None],
+               log: Optional[Callable[[str], None]] = None) -> AutoPlan:
+        """The plan, calibrating first if needed. agree(statement, label) raises on every rank
+        when ranks differ (collective.agreement), so that ranks never run different collectives:
+        first the setting and whether a saved calibration is used, then the decisions."""
+        if self.plan is not None:
+            return self.plan
+        saved = self.loaded
+        agree({"auto": self.auto.fingerprint(), "saved_calibration": saved.digest() if saved else None},
+              "auto.start")
+        calibration = saved or calibrate(probe(), self.auto.allow)
+        plan = AutoPlan(self.auto, calibration, restored=saved is not None)
+        agree(plan.fingerprint(), "auto.plan")
+        if log is not None:
+            for line in plan.describe():
+                log(line)
+        self.plan = plan
+        return plan
+
+    def recalibrate(self) -> None:
+        """Measure again at the next use (call it on every rank, at the same point)."""
+        self.plan, self.loaded = None, None
+
+    def state_dict(self) -> dict:
+        c = self.plan.calibration if self.plan is not None else self.loaded
+        return {"auto": self.auto.fingerprint(), "calibration": None if c is None else c.to_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Use a saved calibration (the same choices as the run that saved it)."""
+        if state.get("calibration") is None:
+            return
+        saved = dict(state.get("auto", {}).get("auto", {}))
+        mine = self.auto.fingerprint()["auto"]
+        if saved and (saved.get("allow"), saved.get("min_size")) != (mine["allow"], mine["min_size"]):
+            raise ValueError(f"horovod_q8 Auto: this checkpoint was saved with allow={saved.get('allow')}, "
+                             f"min_size={saved.get('min_size')}; this run has allow={mine['allow']}, "
+                             f"min_size={mine['min_size']}")
+        self.loaded = Calibration.from_dict(state["calibration"])
+        self.plan = None
+
+
+FORMAT_OPTIONS = ("block_size", "rounding", "seed", "threshold", "levels")
+SETTING_OPTIONS = ("error_feedback", "warmup_steps", "schedule", "pipeline_elements")
+_STATES: Dict[Auto, AutoState] = {}
+
+
+def make_auto(allow: Sequence[str] = DEFAULT_ALLOW, min_size: int = 1024, **options) -> Auto:
+    """An Auto setting; options are those of the quantized formats it may choose."""
+    unknown = set(options) - set(FORMAT_OPTIONS) - set(SETTING_OPTIONS)
+    if unknown:
+        raise TypeError(f"Auto: unknown option(s) {sorted(unknown)}")
+    return Auto(tuple(allow), min_size, tuple((k, v) for k, v in options.items() if v is not None))
+
+
+@dataclass(frozen=True)
+class AutoCompressorBase(Auto):
+    """What the frontends' Auto compressors share: equal settings share one plan (`auto_state`);
+    `compressors` maps each allowed name to the frontend's compressor for it (`_compressors`)."""
+
+    auto_state: object = field(default=None, compare=False, repr=False)
+    compressors: object = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        base = Auto(self.allow, self.min_size, self.options)
+        object.__setattr__(self, "auto_state", _STATES.setdefault(base, AutoState(base)))
+        object.__setattr__(self, "compressors", self._compressors())
+
+    def _compressors(self) -> dict:
+        raise NotImplementedError
+
+    def recalibrate(self) -> None:
+        """Measure again at the next use; call it on every rank at the same point."""
+        self.auto_state.recalibrate()
+
+    def state_dict(self) -> dict:
+        """The calibration, for a checkpoint: a resumed run loading it makes the same choices."""
+        return self.auto_state.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.auto_state.load_state_dict(state)

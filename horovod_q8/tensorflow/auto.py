@@ -1,0 +1,132 @@
+"""`Auto` for TensorFlow: `hvd.DistributedOptimizer(opt, compression=Auto)` or
+`hvd.allreduce(t, compression=Auto)`; each bucket (or tensor) goes as the allowed format the
+cost model predicts fastest on this cluster (`collective/auto.py`).
+
+Calibration runs eagerly at first use (also while a step is traced), on every rank at the same
+point: Horovod's own allreduce and allgather timed, the codec timed, figures exchanged.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass
+from typing import Any, Dict, Sequence
+
+import horovod.tensorflow as hvd
+import numpy as np
+import tensorflow as tf
+
+from horovod_q8.collective import policy
+from horovod_q8.collective.auto import DEFAULT_ALLOW, AutoCompressorBase, AutoPlan, Probe, make_auto
+from horovod_q8.tensorflow.compressor import AGREEMENTS, _gather, agree, compressor
+
+_LOG = logging.getLogger("horovod_q8")
+_PROBES = itertools.count(1)
+
+
+def probe(compressors: Dict[str, Any]) -> Probe:
+    """Horovod's collectives as TensorFlow runs them, eagerly; send() is `hvd.allreduce` with
+    the compressor Auto would use (random normal values: a codec's time depends on them)."""
+    k = next(_PROBES)
+    cache: Dict[Any, tf.Tensor] = {}
+
+    def values(n: int, dtype) -> tf.Tensor:
+        if (n, dtype) not in cache:
+            x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+            cache[(n, dtype)] = tf.constant(x.view(np.uint8)[:n] if dtype == tf.uint8 else x)
+        return cache[(n, dtype)]
+
+    def send(name: str, n: int) -> None:
+        # eagerly: tracing the compressed path as a tf.function costs seconds, calibration must not
+        hvd.allreduce(values(n, tf.float32), op=hvd.Sum, compression=compressors[name],
+                      name=f"horovod_q8.auto.{k}.{name}.{n}").numpy()
+
+    def allgather(nbytes: int) -> None:
+        hvd.allgather(values(nbytes, tf.uint8), name=f"horovod_q8.auto.{k}.allgather.{nbytes}").numpy()
+
+    def gather(obj):
+        return hvd.allgather_object(obj, name=f"horovod_q8.auto.{k}.figures")
+
+    def fp16_roundtrip(n: int) -> None:
+        tf.cast(tf.cast(values(n, tf.float32), tf.float16), tf.float32).numpy()
+
+    return Probe(hvd.size(), send, allgather, gather, fp16_roundtrip)
+
+
+def _agree(statement: Any, label: str) -> None:
+    AGREEMENTS.agree(_gather, hvd.rank(), statement, label)
+
+
+def _log(line: str) -> None:
+    if hvd.rank() == 0:
+        _LOG.warning("%s", line)
+
+
+@dataclass(frozen=True, repr=False)
+class AutoCompressor(AutoCompressorBase):
+    """An `Auto` setting as a Horovod compressor. Equal settings share one plan (`auto_state`)."""
+
+    def _compressors(self) -> dict:
+        return {a: compressor(a, min_size=self.min_size, **dict(self.options)) for a in self.allow}
+
+    def plan(self) -> AutoPlan:
+        """Calibrate at first use (eagerly, every rank together), then the fixed plan."""
+        if self.auto_state.plan is None:
+            with tf.init_scope():
+                self.auto_state.ensure(lambda: probe(self.compressors), _agree if hvd.size() > 1 else _alone, _log)
+        return self.auto_state.plan
+
+    def choose(self, n: int) -> str:
+        return self.plan().choose(n).name
+
+    @property
+    def level_groups(self) -> bool:
+        """Whether a bucket must hold one layer group (an allowed format quantizes per group)."""
+        return any(getattr(c, "format", None) is not None and c.format.level_groups
+                   for c in self.compressors.values())
+
+    def decision(self, tensor: tf.Tensor) -> policy.Decision:
+        """Why a tensor outside the fused buckets goes as it goes (the log's reasons)."""
+        n = policy.numel(tensor.shape) if tensor.shape.is_fully_defined() else None
+        plain = int(policy.ring_bytes(n or 0, 4, hvd.size()))
+        reason = ("not floating point" if not tensor.dtype.is_floating else
+                  "size unknown until run time" if n is None else f"Auto chose {self.choose(n)}")
+        return policy.Decision(False, n or 0, plain, plain, reason)
+
+    def compress(self, tensor):
+        """Per tensor (Horovod's own reducer): the chosen compressor's compress."""
+        if isinstance(tensor, tf.IndexedSlices):
+            raise TypeError("horovod_q8 compresses dense gradients; pass sparse_as_dense=True")
+        if hvd.size() > 1:
+            agree(self, "compressor", once=True)  # where a fixed compressor states its setting
+        if not tensor.dtype.is_floating or not tensor.shape.is_fully_defined() or hvd.size() < 2:
+            return tensor, None
+        comp = self.compressors[self.choose(policy.numel(tensor.shape))]
+        out, ctx = comp.compress(tensor)
+        return out, (comp, ctx)
+
+    def decompress(self, tensor, ctx):
+        if ctx is None:
+            return tensor
+        comp, inner = ctx
+        return comp.decompress(tensor, inner)
+
+    def for_bucket(self, n: int, group: str = "other"):
+        """The compressor chosen for a bucket of n elements (Horovod's own for none and fp16)."""
+        del group  # the format's layer group is resolved by the caller's request
+        return self.compressors[self.choose(n)]
+
+
+
+
+def _alone(statement: Any, label: str) -> None:
+    del statement, label  # one rank agrees with itself
+
+
+def auto(allow: Sequence[str] = DEFAULT_ALLOW, *, min_size: int = 1024, **options) -> AutoCompressor:
+    """`compressor("auto", allow=...)`: options are those of the quantized formats it may pick."""
+    a = make_auto(allow, min_size, **options)
+    return AutoCompressor(a.allow, a.min_size, a.options)
+
+
+__all__ = ["AutoCompressor", "auto"]

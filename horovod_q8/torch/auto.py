@@ -1,0 +1,128 @@
+"""`Auto` for PyTorch: horovod.torch's `compression=` (per tensor) and the DDP hook (per bucket).
+
+Each tensor or bucket goes as the allowed format the cost model predicts fastest on this
+cluster (`collective/auto.py`); calibration runs at first use, on every rank at the same point,
+with the collectives that path really uses (Horovod's, or the process group's).
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass
+from typing import Any, Dict, Sequence
+
+import numpy as np
+import torch
+
+from horovod_q8.collective.auto import DEFAULT_ALLOW, Auto, AutoCompressorBase, AutoPlan, Probe, make_auto
+from horovod_q8.torch import hvd_agreement
+from horovod_q8.torch.common import make_setting
+
+_LOG = logging.getLogger("horovod_q8")
+_PROBES = itertools.count(1)
+def settings_of(auto: Auto) -> Dict[str, Any]:
+    """format name -> its Setting (None for Horovod's/torch's own none and fp16)."""
+    return {a: None if a in ("none", "fp16") else make_setting(a, min_size=auto.min_size, **dict(auto.options))
+            for a in auto.allow}
+
+
+def _tensor_probe(ranks: int, send, allgather, gather) -> Probe:
+    """A Probe over tensors: send(name, t) reduces t as `name`; values are random normal (a
+    codec's time depends on them), the same on every rank."""
+    cache: Dict[Any, torch.Tensor] = {}
+
+    def values(n: int, dtype) -> torch.Tensor:
+        if (n, dtype) not in cache:
+            x = torch.from_numpy(np.random.default_rng(n).standard_normal(n).astype(np.float32))
+            cache[(n, dtype)] = x.view(torch.uint8)[:n].clone() if dtype == torch.uint8 else x
+        return cache[(n, dtype)]
+
+    def fp16_roundtrip(n: int) -> None:
+        values(n, torch.float32).half().float()
+
+    return Probe(ranks, lambda name, n: send(name, values(n, torch.float32).clone()),
+                 lambda nbytes: allgather(values(nbytes, torch.uint8)), gather, fp16_roundtrip)
+
+
+def horovod_probe(compressors: Dict[str, Any]) -> Probe:
+    """horovod.torch's collectives; send() is `hvd.allreduce` with the compressor Auto would use."""
+    import horovod.torch as hvd
+
+    k = next(_PROBES)
+
+    def send(name: str, t: torch.Tensor) -> None:
+        comp = compressors[name] or getattr(hvd.Compression, name)
+        hvd.allreduce(t, op=hvd.Sum, compression=comp, name=f"horovod_q8.auto.{k}.{name}.{t.numel()}")
+
+    return _tensor_probe(
+        hvd.size(), send, lambda t: hvd.allgather(t, name=f"horovod_q8.auto.{k}.allgather.{t.numel()}"),
+        lambda obj: hvd.allgather_object(obj, name=f"horovod_q8.auto.{k}.figures"))
+
+
+def dist_probe(send, group=None) -> Probe:
+    """torch.distributed's collectives over `group`; send(name, t): the DDP hook's path for a
+    bucket sent as `name`."""
+    import torch.distributed as dist
+
+    size = dist.get_world_size(group)
+
+    def allgather(t: torch.Tensor) -> None:
+        dist.all_gather([torch.empty_like(t) for _ in range(size)], t, group=group)
+
+    def gather(obj):
+        out: list = [None] * size
+        dist.all_gather_object(out, obj, group=group)
+        return out
+
+    return _tensor_probe(size, send, allgather, gather)
+
+
+def log_on_rank0(rank: int):
+    return (lambda line: _LOG.warning("%s", line)) if rank == 0 else None
+
+
+@dataclass(frozen=True, repr=False)
+class AutoCompressor(AutoCompressorBase):
+    """An `Auto` setting as a horovod.torch compressor (per tensor); equal settings share a plan."""
+
+    def _compressors(self) -> dict:
+        from horovod_q8.torch.compressor import Q8Compressor
+
+        return {a: None if s is None else Q8Compressor(s.format, s.min_size, s.error_feedback, s.warmup_steps,
+                                                        s.schedule, s.pipeline_elements)
+                for a, s in settings_of(self).items()}
+
+    def plan(self) -> AutoPlan:
+        import horovod.torch as hvd
+
+        return self.auto_state.ensure(lambda: horovod_probe(self.compressors), lambda s, label: hvd_agreement.agree(s, label),
+                                      log_on_rank0(hvd.rank()))
+
+    def _chosen(self, tensor: torch.Tensor):
+        import horovod.torch as hvd
+
+        name = self.plan().choose(tensor.numel()).name
+        return self.compressors[name] or getattr(hvd.Compression, name)
+
+    def compress(self, tensor: torch.Tensor):
+        import horovod.torch as hvd
+
+        if tensor.is_sparse:
+            raise TypeError("horovod_q8 compresses dense gradients; pass sparse_as_dense=True")
+        if hvd.size() < 2 or not tensor.dtype.is_floating_point:
+            return tensor, None
+        hvd_agreement.agree(hvd_agreement.statement(self), "compressor", once=True)
+        comp = self._chosen(tensor)
+        out, ctx = comp.compress(tensor)
+        return out, (comp, ctx)
+
+    def decompress(self, tensor: torch.Tensor, ctx):
+        if ctx is None:
+            return tensor
+        comp, inner = ctx
+        return comp.decompress(tensor, inner)
+
+
+def auto(allow: Sequence[str] = DEFAULT_ALLOW, *, min_size: int = 1024, **options) -> AutoCompressor:
+    a = make_auto(allow, min_size, **options)
+    return AutoCompressor(a.allow, a.min_size, a.options)

@@ -1,0 +1,152 @@
+"""Auto's decisions: the fit of the measured figures, choices by bucket size, their classes,
+the override, saved calibrations and the agreement order (`collective/auto.py`)."""
+from __future__ import annotations
+
+import pytest
+
+from horovod_q8.collective import auto as A
+from horovod_q8.collective.cost import allreduce_time
+
+GBIT = 1e9 / 8
+
+
+def calibration(gbit: float = 1.0, alpha: float = 50e-6, ranks: int = 2, q8_fixed: float = 2e-3,
+                q8_rate: float = 1e9, fp16_rate: float = 2e9, fp16_fixed: float = 2e-3) -> A.Calibration:
+    """A calibration as `combine` would make it from a link of `gbit` and these codec rates; the
+    q8 (fp16) path's real time at SMALL elements is its model plus `q8_fixed` (`fp16_fixed`)."""
+    bw = gbit * GBIT
+    cal = A.Calibration(ranks, alpha, bw, bw, (("fp16", fp16_rate, fp16_rate), ("q8", q8_rate, q8_rate)), ())
+    plan = A.AutoPlan(A.Auto(), cal)
+    fixed = {"none": 0.0, "fp16": fp16_fixed, "q8": q8_fixed}
+    small = tuple((nm, plan.model(nm, A.SMALL) + fixed[nm]) for nm in ("none", "fp16", "q8"))
+    return A.Calibration(ranks, alpha, bw, bw, cal.rates, small)
+
+
+def test_small_buckets_stay_plain_large_ones_compressed_on_a_slow_link():
+    plan = A.AutoPlan(A.Auto(), calibration(gbit=1.0))
+    assert plan.choose(2000).name == "none"  # the q8 path's fixed cost outweighs the bytes saved
+    assert plan.choose(1 << 22).name == "q8"
+    classes = plan.classes()
+    assert [(c.name, c.reason) for _, _, c in classes] == [
+        ("none", "fewer than min_size=1024 elements"), ("none", "least predicted time"),
+        ("q8", "least predicted time")], classes
+    assert classes[0][:2] == (1, 1023) and classes[1][0] == 1024
+    (_, last_none, _), (first_q8, _, _) = classes[1:]
+    assert first_q8 == last_none + 1
+    assert plan.choose(last_none).name == "none" and plan.choose(first_q8).name == "q8"
+    for n in (1024, 5000, 65536, 1 << 20, 1 << 24):  # the choice is the least prediction
+        ch = plan.choose(n)
+        assert ch.name == min(ch.predicted, key=lambda kv: kv[1])[0]
+
+
+def test_a_fast_link_with_a_slow_codec_sends_everything_uncompressed():
+    plan = A.AutoPlan(A.Auto(), calibration(gbit=100.0, q8_rate=2e8, fp16_rate=5e8))
+    assert {c.name for _, _, c in plan.classes()} == {"none"}
+
+
+def test_below_min_size_never_compressed_and_allow_limits_the_choice():
+    plan = A.AutoPlan(A.Auto(min_size=1 << 16), calibration(gbit=0.1, q8_fixed=0.0, fp16_fixed=0.0))
+    assert plan.choose(1 << 15).name == "none"
+    assert plan.choose(1 << 16).name == "q8"
+    only = A.AutoPlan(A.Auto(allow=("none", "fp16")), calibration(gbit=0.1, fp16_fixed=0.0))
+    assert only.choose(1 << 22).name == "fp16"
+
+
+def test_predictions_are_the_cost_model_plus_the_measured_fixed_cost():
+    cal = calibration(gbit=1.0, q8_fixed=3e-3)
+    plan = A.AutoPlan(A.Auto(), cal)
+    model = allreduce_time("q8", 1 << 20, 2, alpha=cal.alpha, bandwidth=cal.bandwidth, encode_rate=1e9,
+                           decode_rate=1e9)["total"]
+    assert plan.predict("q8", 1 << 20) == pytest.approx(model + 3e-3, rel=1e-9)
+    assert plan.overhead("none") == pytest.approx(0.0, abs=1e-12)
+
+
+def test_combine_recovers_the_link_and_takes_the_slowest_rank():
+    alpha, bw, p = 40e-6, 1.25e8, 3
+    def ring(n):
+        return 2 * (p - 1) * alpha + 2 * (p - 1) / p * 4 * n / bw
+    fast = {"small": {"none": ring(A.SMALL), "q8": 0.001}, "large": ring(A.LARGE),
+            "gather": (p - 1) * alpha + (p - 1) * A.LARGE / bw, "rates": [["q8", 2e9, 3e9]], "seconds": 0.2}
+    slow = dict(fast, rates=[["q8", 1e9, 4e9]], small={"none": ring(A.SMALL), "q8": 0.002}, seconds=0.3)
+    cal = A.combine([fast, slow], p)
+    assert cal.alpha == pytest.approx(alpha, rel=1e-6)
+    assert cal.bandwidth == pytest.approx(bw, rel=1e-6)
+    assert cal.gather_bandwidth == pytest.approx(bw, rel=1e-6)
+    assert cal.rate("q8") == (1e9, 3e9)
+    assert dict(cal.small)["q8"] == 0.002 and cal.seconds == 0.3
+    assert A.combine([slow, fast], p) == cal  # whatever the order, the same figures
+
+
+def test_override_forces_every_choice_and_is_part_of_the_fingerprint(monkeypatch):
+    base = A.Auto(allow=("none", "q8", "q4")).fingerprint()
+    monkeypatch.setenv(A.OVERRIDE_ENV, "q4")
+    assert A.Auto(allow=("none", "q8", "q4")).fingerprint() != base
+    with pytest.raises(ValueError, match="HOROVOD_Q8_AUTO='q4' is not among this Auto's allow"):
+        A.AutoPlan(A.Auto(), calibration())
+    plan = A.AutoPlan(A.Auto(allow=("none", "fp16", "q8", "q4")),
+                      A.Calibration(2, 1e-5, 1e9, 1e9, (("fp16", 1e9, 1e9), ("q8", 1e9, 1e9), ("q4", 1e9, 1e9))))
+    assert [(a, c.name) for a, _, c in plan.classes()] == [(1, "none"), (1024, "q4")]
+    monkeypatch.setenv(A.OVERRIDE_ENV, "q9")
+    with pytest.raises(ValueError, match="HOROVOD_Q8_AUTO='q9' is not a format"):
+        A.Auto().fingerprint()
+
+
+@pytest.mark.parametrize("allow,match", [("q8", "non-empty list"), ((), "non-empty list"),
+                                         (("none", "q7"), "unknown format"), (("q8", "q8"), "twice")])
+def test_bad_allow_is_refused(allow, match):
+    with pytest.raises(ValueError, match=match):
+        A.Auto(allow=allow)
+
+
+def test_saved_calibration_gives_the_same_plan_without_measuring():
+    cal = calibration(gbit=1.0)
+    state = A.AutoState(A.Auto())
+    statements = []
+    state.loaded = cal
+    plan = state.ensure(lambda: pytest.fail("a saved calibration must not be measured again"),
+                        lambda s, label: statements.append((label, s)))
+    assert [label for label, _ in statements] == ["auto.start", "auto.plan"]
+    assert statements[0][1]["saved_calibration"] == cal.digest()
+    saved = state.state_dict()
+    resumed = A.AutoState(A.Auto())
+    resumed.load_state_dict(saved)
+    again = resumed.ensure(lambda: pytest.fail("measured"), lambda s, label: None)
+    assert again.fingerprint() == plan.fingerprint()
+    other = A.AutoState(A.Auto(allow=("none", "q8")))
+    with pytest.raises(ValueError, match="saved with allow="):
+        other.load_state_dict(saved)
+    with pytest.raises(ValueError, match="not a saved calibration"):
+        resumed.load_state_dict({"calibration": {"ranks": 2}})
+
+
+def test_recalibrate_measures_again(monkeypatch):
+    figures = {"small": {"none": 1e-4, "fp16": 1e-4, "q8": 1e-3}, "large": 0.04, "gather": 0.02,
+               "rates": [["fp16", 1e9, 1e9], ["q8", 1e9, 1e9]], "seconds": 0.1}
+    calls = []
+
+    def probe():
+        calls.append(1)
+        return A.Probe(2, send=None, allgather=None, gather=lambda mine: [figures, figures])
+
+    monkeypatch.setattr(A, "measure", lambda p, allow: figures)  # the figures, not the timing, under test
+    state = A.AutoState(A.Auto())
+    state.ensure(probe, lambda s, label: None)
+    state.ensure(probe, lambda s, label: None)
+    assert len(calls) == 1
+    state.recalibrate()
+    state.ensure(probe, lambda s, label: None)
+    assert len(calls) == 2
+
+
+def test_codec_rates_are_measured_for_every_allowed_format():
+    rates = A.codec_rates(("none", "fp16", "q8", "q4"), n=1 << 14)
+    assert [r[0] for r in rates] == ["fp16", "q8", "q4"]
+    assert all(r[1] > 0 and r[2] > 0 for r in rates)
+
+
+def test_describe_names_every_class_with_its_predictions():
+    plan = A.AutoPlan(A.Auto(), calibration(gbit=1.0))
+    lines = plan.describe()
+    assert "1 Gbit/s" in lines[0] or "1.00 Gbit/s" in lines[0]
+    assert any("-> none" in ln for ln in lines) and any("-> q8" in ln for ln in lines)
+    assert all("fp16" in ln for ln in lines[1:])
