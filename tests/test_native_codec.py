@@ -139,7 +139,7 @@ def test_what_the_avx2_kernels_take():
     assert cpu.native_encoder(replace(get("q4"), codebook="q4_unsigned"), n) is None  # not symmetric
     assert cpu.native_encoder(get("q4", block_size=5), n) is None  # blocks not starting on a byte
     assert cpu.avx2_decodes(get("q4_threshold").for_shape((n,)), n) and cpu.avx2_decodes(get("q8"), n)
-    assert not cpu.avx2_decodes(get("twobit").for_shape((n,)), n)
+    assert cpu.avx2_decodes(get("twobit").for_shape((n,)), n)
 
 
 @avx2
@@ -332,7 +332,7 @@ def test_large_decodes_stream_at_any_alignment(name):
 
 
 @avx2
-@pytest.mark.parametrize("name", ["q8", "q4", "q4_threshold"])
+@pytest.mark.parametrize("name", ["q8", "q4", "q4_threshold", "twobit"])
 def test_large_avx2_decodes_stream_at_any_alignment(name):
     """The AVX2 decode of at least 32 MB streams its stores from each block's first 32-byte
     boundary where the output is aligned to a byte's codes (else stores as the others);

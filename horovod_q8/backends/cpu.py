@@ -46,7 +46,7 @@ def native_decoder(fmt: Format, n: int):
 
 def avx2_decodes(fmt: Format, n: int) -> bool:
     """Whether the AVX2 kernel decodes (and sums) `fmt` for n elements here."""
-    return fmt.bits in (4, 8) and native.library_avx2() is not None and _byte_blocks(fmt, n)
+    return fmt.bits in (2, 4, 8) and native.library_avx2() is not None and _byte_blocks(fmt, n)
 
 
 def _byte_blocks(fmt: Format, n: int) -> bool:

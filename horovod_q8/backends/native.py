@@ -6,7 +6,7 @@ AVX-512 (when the CPU has it): nearest-rounded 8-bit codebooks (q8 and the three
 tables), nearest-rounded q4, 4- and 2-bit threshold codes (with or without a residual), and
 decoding any 8-bit codebook or 4- or 2-bit format. AVX2 (where AVX-512 is missing):
 nearest-rounded 8-bit codebooks of at most 7 segments (q8, linear, mantissa), nearest-rounded
-q4, 4- and 2-bit threshold codes, decoding any 8- or 4-bit format, and the sum of every rank's codes in one pass. Everything
+q4, 4- and 2-bit threshold codes, decoding any 8-, 4- or 2-bit format, and the sum of every rank's codes in one pass. Everything
 else, or HOROVOD_Q8_NATIVE=0, keeps the Numba kernels; HOROVOD_Q8_NATIVE=avx2 uses the AVX2
 kernels on a CPU with AVX-512 too (so that they can be tested there). Each table is checked
 where it is built (`symmetric_tables`, `cells4`, `avx2_tables`, `avx2_q4`) to fit its kernel's
@@ -186,7 +186,7 @@ def describe() -> str:
     avx2, why = _load("avx2")
     if avx2 is None:
         return f"AVX-512: {_load('avx512')[1]}; AVX2: {why}"
-    return f"{why}; for 8-bit, q4 and threshold encodes, 8- and 4-bit decodes and the ranks' sum (AVX-512: {_load('avx512')[1]})"
+    return f"{why}; for 8-bit, q4 and threshold encodes, 8-, 4- and 2-bit decodes and the ranks' sum (AVX-512: {_load('avx512')[1]})"
 
 
 def _segments(pos: np.ndarray) -> list[tuple[int, int]]:
