@@ -59,6 +59,20 @@ def _native_kernels() -> Check:
     return OK, ("" if native.in_use() else "not used, the Numba kernels instead: ") + native.describe()
 
 
+def _auto() -> Check:
+    """What Auto would choose here for a 16 MiB bucket on 2 ranks, by link rate, from this
+    machine's codec rates (a job measures its real link at start)."""
+    from horovod_q8.collective import auto
+
+    rates = auto.codec_rates(auto.DEFAULT_ALLOW, n=1 << 20)
+    ranges = auto.choices_by_link(rates)
+    shown = "; ".join(f"{name} " + (f"below {hi:.3g}" if lo == 0 else f"from {lo:.3g}" if hi == float("inf")
+                                    else f"{lo:.3g}-{hi:.3g}") + " Gbit/s" for lo, hi, name in ranges)
+    codec = ", ".join(f"{name} {enc / 1e9:.2f}/{dec / 1e9:.2f}" for name, enc, dec in rates)
+    return OK, (f"Auto, 2 ranks, 16 MiB buckets, by link: {shown} (codec here, G elements/s encode/decode: "
+                f"{codec}; a job measures its link at start)")
+
+
 def _mpi() -> Check:
     mpirun = shutil.which("mpirun")
     if not mpirun:
@@ -80,7 +94,7 @@ def _network() -> Check:
 
 HOST_CHECKS: List[Tuple[str, Callable[[], Check]]] = [
     ("mpi", _mpi), ("numba", _cpu_kernels), ("native", _native_kernels), ("kernels", _kernels),
-    ("network", _network)]
+    ("auto", _auto), ("network", _network)]
 
 
 def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:

@@ -150,3 +150,10 @@ def test_describe_names_every_class_with_its_predictions():
     assert "1 Gbit/s" in lines[0] or "1.00 Gbit/s" in lines[0]
     assert any("-> none" in ln for ln in lines) and any("-> q8" in ln for ln in lines)
     assert all("fp16" in ln for ln in lines[1:])
+
+
+def test_choices_by_link_meet_and_move_from_compressed_to_plain_as_the_link_speeds_up():
+    ranges = A.choices_by_link((("fp16", 4e8, 4e8), ("q8", 1.5e9, 2.5e9)))
+    assert ranges[0][0] == 0.0 and ranges[-1][1] == float("inf")
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    assert ranges[0][2] == "q8" and ranges[-1][2] == "none"

@@ -76,6 +76,8 @@ def test_project_venv_passes_with_every_installed_path_ready():
     torch_here = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode == 0
     if torch_here:
         assert "torch DDP hook" in ready and got["torch"][0] == "OK", out
+    # what Auto would choose here, by link rate, from this machine's codec
+    assert got["auto"][0] == "OK" and "Gbit/s" in got["auto"][1] and "q8 " in got["auto"][1], out
 
 
 @pytest.mark.parametrize("python,poisoned,path", [

@@ -32,6 +32,10 @@ def test_ddp_training_with_the_hook(n):
     run(n, "ddp_training")
 
 
+def test_auto_hook():
+    run(2, "auto")
+
+
 def test_mismatched_settings_stop_every_rank():
     run(2, "config_mismatch")
 

@@ -53,6 +53,11 @@ def test_distributed_optimizer_fused_and_per_tensor(n):
     assert "q4_threshold: optimizer state_dict carries residuals" in out
 
 
+def test_auto_per_tensor_and_optimizer():
+    out = run(2, "none+fp16+q8+q4", "auto")
+    assert "identical to the fixed ones ok" in out and "horovod_q8 Auto: 1,024-" in out, out[-3000:]
+
+
 def test_mpi_controller():
     run(3, "q8", "codebook", "any_order", "optimizer", controller="--mpi")
 

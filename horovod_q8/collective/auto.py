@@ -369,6 +369,24 @@ class AutoState:
         self.plan = None
 
 
+def choices_by_link(rates: Sequence[Tuple[str, float, float]], allow: Sequence[str] = DEFAULT_ALLOW,
+                    n: int = 1 << 22, ranks: int = 2, alpha: float = 50e-6) -> List[Tuple[float, float, str]]:
+    """(from, to Gbit/s, format) Auto would choose for a bucket of n elements over links from 0.1
+    to about 1300 Gbit/s (ranges meet; the first starts at 0, the last ends at inf), with these
+    codec rates and no fixed costs: what `horovod-q8 doctor` shows before a job measures a link."""
+    grid = [0.1 * 2 ** (k / 4) for k in range(55)]  # 0.1 .. ~1300 Gbit/s
+    out: List[Tuple[float, float, str]] = []
+    for gbit in grid:
+        bw = gbit * cost.GBIT
+        name = AutoPlan(Auto(tuple(allow)), Calibration(ranks, alpha, bw, bw, tuple(rates))).choose(n).name
+        if out and out[-1][2] == name:
+            continue
+        if out:
+            out[-1] = (out[-1][0], gbit, out[-1][2])
+        out.append((0.0 if not out else gbit, math.inf, name))
+    return out
+
+
 FORMAT_OPTIONS = ("block_size", "rounding", "seed", "threshold", "levels")
 SETTING_OPTIONS = ("error_feedback", "warmup_steps", "schedule", "pipeline_elements")
 _STATES: Dict[Auto, AutoState] = {}

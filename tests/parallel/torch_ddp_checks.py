@@ -177,9 +177,49 @@ def check_state_dict() -> None:
     raise AssertionError("a state saved with another setting was loaded")
 
 
+def check_auto() -> None:
+    """compression="auto": each bucket as its chosen format gives it (the same bits), identical
+    ranks, DDP training, a restored state that chooses the same without measuring, the override,
+    and ranks allowed different formats stopped with a clear error."""
+    allow = ("none", "fp16", "q8", "q4")
+    state = Q8HookState("auto", allow=allow)
+    for i, n in enumerate((100, 5000, 300_000)):
+        x = rank_data(n, 20 + i)
+        y = average(state, x.clone(), f"auto{i}")
+        assert same_on_all_ranks(y), n
+        chosen = state.auto_state.plan.choose(n).name
+        if chosen == "none":
+            assert torch.allclose(y.double(), exact_average(x), rtol=1e-6, atol=1e-7), n
+        else:
+            if chosen != "fp16":  # exactly what the hook with that format gives
+                fixed = average(Q8HookState(chosen, min_size=state.auto.min_size), x.clone(), f"auto{i}")
+                assert torch.equal(y, fixed), (n, chosen)
+            assert rel_err(y, exact_average(x)) < BUDGET.get(chosen, 0.01), (n, chosen)
+    restored = Q8HookState("auto", allow=allow)
+    restored.load_state_dict(state.state_dict())
+    average(restored, rank_data(5000, 30), "restored")
+    assert restored.auto_state.plan.restored
+    assert restored.auto_state.plan.fingerprint() == state.auto_state.plan.fingerprint()
+    os.environ["HOROVOD_Q8_AUTO"] = "q4"
+    try:
+        forced = Q8HookState("auto", allow=allow)
+        average(forced, rank_data(5000, 31), "forced")
+        assert [c.name for _, _, c in forced.auto_state.plan.classes()] == ["none", "q4"]
+    finally:
+        del os.environ["HOROVOD_Q8_AUTO"]
+    weights, _ = train(Q8HookState("auto", allow=allow))
+    assert same_on_all_ranks(weights)
+    try:
+        average(Q8HookState("auto", allow=allow[: 3 + (dist.get_rank() > 0)]), rank_data(5000, 32), "mismatch")
+    except ConfigMismatchError as e:
+        assert "allow=" in str(e), e
+        return
+    raise AssertionError("ranks allowed different formats were not stopped")
+
+
 CHECKS = {f.__name__[len("check_"):]: f for f in (
     check_budgets, check_small_stays_exact, check_nan_inf, check_threshold_feedback,
-    check_ddp_training, check_config_mismatch, check_state_dict)}
+    check_ddp_training, check_config_mismatch, check_state_dict, check_auto)}
 
 
 def worker(rank: int, size: int, init_file: str, checks: list) -> None:

@@ -245,7 +245,31 @@ def check_config_mismatch(fmt: str) -> None:
     print(f"{fmt}: mismatched settings detected on rank {RANK}", flush=True)
 
 
-CHECKS = {"codebook": check_codebook, "threshold": check_threshold, "edges": check_edges,
+def check_auto(fmt: str) -> None:
+    """compression=Auto (fmt: the formats it may choose, "+"-separated): each tensor exactly as
+    its chosen compressor gives it, identical ranks, the stock optimizer, a restored plan."""
+    from horovod_q8.collective.auto import AutoState
+    from horovod_q8.torch import hvd_agreement
+
+    comp = compressor("auto", allow=tuple(fmt.split("+")))
+    for i, shape in enumerate([(100,), *SHAPES, (300_000,)]):
+        x = rank_data(shape, 40 + i)
+        y = hvd.allreduce(x, compression=comp, op=hvd.Average, name=name())
+        assert same_on_all_ranks(y), shape
+        chosen = comp.plan().choose(x.numel()).name
+        fixed = comp.compressors[chosen] or getattr(hvd.Compression, chosen)
+        assert torch.equal(y, hvd.allreduce(x, compression=fixed, op=hvd.Average, name=name())), (shape, chosen)
+    w, _, _ = train(comp)
+    assert same_on_all_ranks(w)
+    restored = AutoState(comp.auto_state.auto)
+    restored.load_state_dict(comp.state_dict())
+    plan = restored.ensure(lambda: None, lambda st, label: hvd_agreement.agree(st, label))
+    assert plan.restored and plan.fingerprint() == comp.plan().fingerprint()
+    print(f"auto ({fmt}): chose {[c.name for _, _, c in plan.classes()]}, identical to the fixed ones ok",
+          flush=True)
+
+
+CHECKS = {"auto": check_auto, "codebook": check_codebook, "threshold": check_threshold, "edges": check_edges,
           "any_order": check_any_order, "optimizer": check_optimizer, "state_dict": check_state_dict,
           "config_mismatch": check_config_mismatch}
 
