@@ -1,12 +1,14 @@
-// horovod_q8 8- and 4-bit codebook encodes, 4- and 2-bit threshold encodes, 8-, 4- and 2-bit decodes
-// and the sum of k ranks' codes for x86-64 CPUs with AVX2 (Zen 2/3, Haswell and later), called through ctypes by horovod_q8/backends/native.py
-// where codec_x86.c's AVX-512 kernels do not run. Byte-for-byte the same as
-// horovod_q8/formats/reference.py (docs/formats.md): code = count(mids < x / scale).
+// horovod_q8 8- and 4-bit codebook encodes, 4- and 2-bit threshold encodes, 8-, 4- and 2-bit
+// decodes and the sum of k ranks' codes for x86-64 CPUs with AVX2 (Zen 2/3, Haswell and later),
+// called through ctypes by horovod_q8/backends/native.py where codec_x86.c's AVX-512 kernels do
+// not run. Byte-for-byte the same as horovod_q8/formats/reference.py (docs/formats.md):
+// code = count(mids < x / scale).
 //
-// The search is codec_x86.c's, 8 elements per instruction: the segment of evenly spaced values
-// from compares with each segment's lowest mid (at most 7 segments: lookups by segment are one
-// 8-entry permute), an affine estimate of the count at most one under, and one exact compare
-// with the next midpoint (a gather from a table in L1); q4's 7 mids are compared one by one.
+// The 8-bit search is codec_x86.c's, 8 elements per instruction: the segment of evenly spaced
+// values from the binary exponent and one compare (at most 7 segments: lookups by segment are
+// one 8-entry permute), an affine estimate whose float bits hold the code, and where it is a tie
+// one exact compare with that midpoint (a gather from a table in L1); q4's count comes from two
+// mids looked up by binade.
 // Built with -ffp-contract=off.
 #include <stdint.h>
 #include <string.h>
@@ -16,6 +18,7 @@
 #define INF_BITS 0x7F800000u
 #define NAN_BITS 0x7FC00000u
 #define AVX2 __attribute__((target("avx2")))
+#define EXP_LOW 96  // d_exp's first binade, 2**(96 - 127), as codec_x86.c
 #define PREFETCH_AHEAD 4096  // floats the absmax pass prefetches ahead of its loads (16 KB), as codec_x86.c
 #define STREAM_MIN_BYTES ((int64_t)32 << 20)  // decoded outputs from this size use streaming stores, as codec_x86.c
 
@@ -28,10 +31,9 @@ int hq8_avx2_supported(void) {
 typedef struct {
     int32_t mid_at[256];  // [center + j]: bits of the j-th positive mid, ascending, +Inf bits past the last
     int32_t lows[8];      // bits of each segment's lowest mid, ascending, +Inf bits past the last
-    int32_t bottom[8];    // by segment d: center + count of mids up to the segment's lowest
-    int32_t top[8];       // by d: center + count of mids below the segment's highest value
-    float c1[8], c0[8];   // by d: u = a * c1 - c0 estimates center + count(mids < a)
-    float eps;            // the largest |u - (center + j + 0.5)| at the j-th mid of any segment
+    uint8_t d_exp[32];    // count of segments' lowest mids below 2**(e - 127) for e = 96..127
+    float c1[8], c0[8];   // by segment d: w = a * c1 - c0 estimates W + center + count(mids < a)
+    float w_hi[8];        // by d: W + the segment's highest code + 0.5: w's clamp (never below the lowest)
     int32_t center;
 } hq8_avx2_symmetric;
 
@@ -81,33 +83,33 @@ AVX2 static inline void store8(uint8_t *dst, __m256i c) {
     _mm_storel_epi64((__m128i *)dst, _mm256_castsi256_si128(p));
 }
 
-// The codes of x / s for 8 elements (codec_x86.c's codes16 has the argument for the estimate).
-// The mid where the count steps from j to j + 1 has u within eps of j + 0.5 (eps is 0 for
-// every table here), u rises with a, and floor(u) is never above the count and at most one
-// under: so where the fraction of u is further than eps from 0.5 the count is floor(u) + (the
-// fraction > 0.5), clamped to the segment; only a vector with a lane within eps of 0.5 pays
-// the exact comparison (a gather, slow on these CPUs). b: the bits of x / s (quot8).
+// The codes of x / s for 8 elements, as codec_x86.c's codes16q (which has the argument) for
+// tables without its clamp_low: the segment d from a's exponent and one compare, w = a * c1[d] - c0[d] clamped to the segment's top, in [256, 512), where the float's bits 15-22 are the code and a zero fraction
+// (bits 0-14) is a tie; only a vector with a tie pays the exact comparison with that mid (a
+// gather from a table in L1). b: the bits of x / s (quot8). The code is the low byte of each lane.
 AVX2 static inline __attribute__((always_inline)) __m256i codes8(
-        __m256i b, const hq8_avx2_symmetric *T, const __m256i lows[7], __m256i bottom, __m256i top, __m256 c1,
-        __m256 c0, __m256 eps, __m256i twice_center) {
+        __m256i b, const hq8_avx2_symmetric *T, __m256i d_lo, __m256i d_hi, __m256i lows, __m256 c1, __m256 c0,
+        __m256 w_hi, __m256i twice_center) {
     __m256i neg = _mm256_srai_epi32(b, 31);  // -1 where the sign bit is set
     __m256i a = _mm256_sub_epi32(_mm256_and_si256(b, _mm256_set1_epi32((int)ABS_MASK)), neg);
-    __m256i d = _mm256_setzero_si256();
-    for (int q = 0; q < 7; q++) d = _mm256_sub_epi32(d, _mm256_cmpgt_epi32(a, lows[q]));
-    __m256 u = _mm256_sub_ps(_mm256_mul_ps(_mm256_castsi256_ps(a), _mm256_permutevar8x32_ps(c1, d)),
+    // the segment: from a's binary exponent (at most one segment starts in a binade; two 16-byte
+    // lookups, bit 4 picks, and bytes 1-3 read d_exp[0] = 0), then one compare with the next
+    // segment's lowest mid
+    __m256i e = _mm256_srli_epi32(_mm256_subs_epu16(a, _mm256_set1_epi32(EXP_LOW << 23)), 23);  // exponent - 96, >= 0
+    __m256i d = _mm256_blendv_epi8(_mm256_shuffle_epi8(d_lo, e), _mm256_shuffle_epi8(d_hi, e), _mm256_slli_epi32(e, 3));
+    d = _mm256_sub_epi32(d, _mm256_cmpgt_epi32(a, _mm256_permutevar8x32_epi32(lows, d)));
+    __m256 w = _mm256_sub_ps(_mm256_mul_ps(_mm256_castsi256_ps(a), _mm256_permutevar8x32_ps(c1, d)),
                              _mm256_permutevar8x32_ps(c0, d));
-    __m256i f = _mm256_cvttps_epi32(u);  // u > 0: floor
-    __m256 frac = _mm256_sub_ps(u, _mm256_cvtepi32_ps(f));
-    __m256 off = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(frac, _mm256_set1_ps(0.5f)));
-    __m256i dtop = _mm256_permutevar8x32_epi32(top, d), cnt;  // center + count
-    if (_mm256_movemask_ps(_mm256_cmp_ps(off, eps, _CMP_LE_OQ))) {
-        cnt = _mm256_min_epi32(f, dtop);
-        cnt = _mm256_sub_epi32(cnt, _mm256_cmpgt_epi32(a, _mm256_i32gather_epi32(T->mid_at, cnt, 4)));
-    } else {
-        cnt = _mm256_sub_epi32(f, _mm256_castps_si256(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GT_OQ)));
-        cnt = _mm256_min_epi32(_mm256_max_epi32(cnt, _mm256_permutevar8x32_epi32(bottom, d)), dtop);
+    w = _mm256_min_ps(w, _mm256_permutevar8x32_ps(w_hi, d));
+    __m256i code = _mm256_srli_epi32(_mm256_castps_si256(w), 15);  // 256.0f's bits >> 15 (low byte 0) + the code
+    __m256i tie = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(w), _mm256_set1_epi32(0x7FFF)),
+                                     _mm256_setzero_si256());
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(tie))) {  // w = W + center + j + 1: one less unless mid j < a
+        __m256i j = _mm256_sub_epi32(_mm256_and_si256(code, _mm256_set1_epi32(255)), _mm256_set1_epi32(1));
+        __m256i next = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), T->mid_at, j, tie, 4);
+        code = _mm256_add_epi32(code, _mm256_andnot_si256(_mm256_cmpgt_epi32(a, next), tie));
     }
-    return _mm256_blendv_epi8(cnt, _mm256_sub_epi32(twice_center, cnt), neg);
+    return _mm256_blendv_epi8(code, _mm256_sub_epi32(twice_center, code), neg);
 }
 
 AVX2 static inline __m256i quot8(const float *x, __m256 vs) {
@@ -120,11 +122,11 @@ AVX2 static inline __m256i quot8(const float *x, __m256 vs) {
 // (scripts/avx2_encode.py, docs/performance.md).
 AVX2 void hq8_avx2_encode8(const float *x, int64_t n, int64_t block, uint32_t *scale_bits, uint8_t *codes,
                            const hq8_avx2_symmetric *T) {
-    __m256i lows[7];
-    for (int q = 0; q < 7; q++) lows[q] = _mm256_set1_epi32(T->lows[q]);
-    const __m256i top = _mm256_loadu_si256((const __m256i *)T->top);
-    const __m256i bottom = _mm256_loadu_si256((const __m256i *)T->bottom);
-    const __m256 c1 = _mm256_loadu_ps(T->c1), c0 = _mm256_loadu_ps(T->c0), eps = _mm256_set1_ps(T->eps);
+    const __m256i lows = _mm256_loadu_si256((const __m256i *)T->lows);
+    const __m256i d_lo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)T->d_exp));
+    const __m256i d_hi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(T->d_exp + 16)));
+    const __m256 c1 = _mm256_loadu_ps(T->c1), c0 = _mm256_loadu_ps(T->c0);
+    const __m256 w_hi = _mm256_loadu_ps(T->w_hi);
     const __m256i twice_center = _mm256_set1_epi32(2 * T->center);
     int64_t nb = block > 0 ? (n + block - 1) / block : 0;
     for (int64_t b = 0; b < nb; b++) {
@@ -149,7 +151,7 @@ AVX2 void hq8_avx2_encode8(const float *x, int64_t n, int64_t block, uint32_t *s
         int64_t i = 0;
         for (; i < full; i += 8) {
             if (i + 16 < full) q2 = quot8(xs + i + 16, vs);
-            store8(cs + i, codes8(q0, T, lows, bottom, top, c1, c0, eps, twice_center));
+            store8(cs + i, codes8(q0, T, d_lo, d_hi, lows, c1, c0, w_hi, twice_center));
             q0 = q1, q1 = q2;
         }
         for (; i < len; i++) cs[i] = code_one(xs[i] / sc, T);

@@ -63,8 +63,8 @@ class Avx2Q4(ctypes.Structure):
 class Avx2Tables(ctypes.Structure):
     """The AVX2 kernel's `hq8_avx2_symmetric`: field for field, see kernels/codec_avx2.c."""
 
-    _fields_ = [("mid_at", _I32 * 256), ("lows", _I32 * 8), ("bottom", _I32 * 8), ("top", _I32 * 8),
-                ("c1", _F32 * 8), ("c0", _F32 * 8), ("eps", _F32), ("center", _I32)]
+    _fields_ = [("mid_at", _I32 * 256), ("lows", _I32 * 8), ("d_exp", ctypes.c_uint8 * 32), ("c1", _F32 * 8), ("c0", _F32 * 8), ("w_hi", _F32 * 8),
+                ("center", _I32)]
 
 
 def cache_dir() -> Path:
@@ -301,33 +301,20 @@ def cells4(name: str) -> Optional[Cells4]:
 
 @functools.lru_cache(maxsize=None)
 def avx2_tables(name: str) -> Optional[Avx2Tables]:
-    """The AVX2 kernel's tables for 8-bit codebook `name`, or None where it does not fit: as
-    `symmetric_tables` but at most 7 segments (a segment's constants are one 8-entry permute),
-    and the estimate, which counts from center, at most one under at each segment's lower end;
-    eps: how far from j + 0.5 the estimate lies at any mid (see kernels/codec_avx2.c)."""
-    sym = _symmetric(name)
-    if sym is None or len(sym[3]) > 7:
+    """The AVX2 kernel's tables for 8-bit codebook `name`, or None where it does not fit: the
+    AVX-512 kernel's estimate (`symmetric_tables`), at most 7 segments (a segment's constants
+    are one 8-entry permute) and no clamp at a segment's lower end (see kernels/codec_avx2.c)."""
+    S, sym = symmetric_tables(name), _symmetric(name)
+    if S is None or len(sym[3]) > 7 or S.clamp_low:
         return None
-    c, pos, pm, segs, lows = sym
+    c, _, pm, segs, lows = sym
     T = Avx2Tables()
     mid_at = np.full(256, INF_BITS, np.int32)
     mid_at[c: c + len(pm)] = pm.view(np.int32)
     T.mid_at[:] = mid_at.tolist()
     T.lows[:] = np.concatenate([lows.view(np.int32), np.full(8 - len(segs), INF_BITS, np.int32)]).tolist()
-    T.bottom[0], T.top[0], T.c0[0] = c, c, -c
-    eps = 0.0
-    for d, (j0, m) in enumerate(segs, start=1):
-        base = c + j0 + 1  # center + count of mids up to the segment's lowest
-        T.bottom[d], T.top[d], T.c0[d] = base, base + m - 1, -base
-        if m == 1:
-            continue
-        c1, c0, off = _estimate(pos, pm, j0, m, base)
-        T.c1[d], T.c0[d] = c1, c0
-        lowest = np.nextafter(pm[j0], np.float32(np.inf)) * c1 - c0
-        if off >= 0.25 or lowest < base - 1:
-            return None
-        eps = max(eps, off)
-    T.eps = eps
+    T.d_exp[:] = S.d_exp[:]
+    T.c1[:], T.c0[:], T.w_hi[:] = S.c1[:8], S.c0[:8], S.w_hi[:8]
     T.center = c
     return T
 
