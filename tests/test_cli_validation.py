@@ -18,6 +18,8 @@ def train_problems(*argv: str) -> list:
 @pytest.mark.parametrize("argv,message", [
     (["--compression", "none", "--block-size", "-5"], "--block-size does not apply to --compression none"),
     (["--compression", "fp16", "--threshold", "-3"], "--threshold does not apply to --compression fp16"),
+    (["--compression", "auto", "--threshold", "0.1"], "--threshold does not apply to --compression auto"),
+    (["--compression", "auto", "--block-size", "-1"], "block_size .* must be an int >= 0, got -1"),
     (["--compression", "none", "--block-size", "64"], "--block-size does not apply"),
     (["--compression", "q8", "--threshold", "0.1"],
      "--threshold does not apply to --compression q8; it applies to twobit, q4_threshold"),
@@ -55,6 +57,7 @@ def test_train_refuses(argv, message):
     ["--compression", "q8", "--block-size", "5"], ["--compression", "q4", "--block-size", "3"],
     ["--compression", "twobit", "--threshold", "0.1"],
     ["--compression", "q4_threshold", "--threshold", "0.05"],
+    ["--compression", "auto"], ["--compression", "auto", "--block-size", "256", "--error-feedback", "on"],
     ["--epochs", "1", "--steps-per-epoch", "1", "--batch-size", "1", "--lr", "1e-4", "--warmup-epochs", "0"],
     ["--model", "mlp"], ["--model", "mlp", "--mlp-width", "512"], ["--pipeline-elements", "4194304"],
 ])

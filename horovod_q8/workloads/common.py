@@ -12,6 +12,9 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 from horovod_q8.formats import CODEBOOK, COMPRESSION_NAMES, get, names
 
+# What a training run may be given: every compression by name, and "auto".
+TRAIN_COMPRESSIONS = (*COMPRESSION_NAMES, "auto")
+
 DATASETS = ("mnist", "cifar10", "imagenet")
 FRAMEWORKS = ("tensorflow", "torch")
 DEFAULTS = {"mnist": dict(batch_size=64, lr=0.02, epochs=3),
@@ -43,7 +46,8 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None,
     p.add_argument("dataset", choices=DATASETS)
     p.add_argument("--framework", choices=FRAMEWORKS, default="tensorflow",
                    help="torch: horovod.torch (mnist only; workloads/torch_train.py)")
-    p.add_argument("--compression", default="q8", choices=COMPRESSION_NAMES)
+    p.add_argument("--compression", default="q8", choices=TRAIN_COMPRESSIONS,
+                   help="auto: each bucket's format chosen from the measured link and codec (docs/auto.md)")
     p.add_argument("--model", choices=ARCHITECTURES, default=None,
                    help="instead of the dataset's own model: mlp = wide fully connected layers")
     p.add_argument("--mlp-width", type=int, default=None,
@@ -102,6 +106,10 @@ def compression_problems(compression: str, block_size: Optional[int],
     if compression in HOROVOD_OWN:
         return [f"{flag} does not apply to --compression {compression} (Horovod's own)"
                 for flag, value in given.items() if value is not None]
+    if compression == "auto":  # it may choose none, fp16 or q8: a block size is q8's
+        if threshold is not None:
+            return ["--threshold does not apply to --compression auto (it chooses among none, fp16 and q8)"]
+        compression = "q8"
     codebook = get(compression).kind == CODEBOOK
     wrong = "--threshold" if codebook else "--block-size"
     if given[wrong] is not None:
@@ -126,7 +134,7 @@ def feedback_problems(compression: str, error_feedback: str) -> List[str]:
     honoured by the threshold formats (their residual is part of the format)."""
     if compression in HOROVOD_OWN and error_feedback != "auto":
         return [f"--error-feedback does not apply to --compression {compression} (Horovod's own)"]
-    if error_feedback == "off" and compression not in HOROVOD_OWN and get(compression).uses_residual:
+    if error_feedback == "off" and compression not in (*HOROVOD_OWN, "auto") and get(compression).uses_residual:
         return [f"--error-feedback off does not apply to --compression {compression}: its residual "
                 f"is part of the format (it always keeps one)"]
     return []

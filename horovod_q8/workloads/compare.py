@@ -12,9 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import List, Optional
 
-from horovod_q8.formats import COMPRESSION_NAMES
 from horovod_q8.workloads.datasets import FASHION_MNIST_DIR
-from horovod_q8.workloads.common import number_problems, refuse
+from horovod_q8.workloads.common import TRAIN_COMPRESSIONS, number_problems, refuse
 
 MINIMUMS = (("np", 2, "one process sends nothing, so every compression would look alike"),
             ("epochs", 1, "0 trains and evaluates nothing"))
@@ -22,7 +21,7 @@ MINIMUMS = (("np", 2, "one process sends nothing, so every compression would loo
 
 def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
     p = p or argparse.ArgumentParser(prog="horovod-q8 compare", description=__doc__)
-    p.add_argument("--compressions", default="none,fp16,q8,q4")
+    p.add_argument("--compressions", default="none,fp16,q8,q4,auto")
     p.add_argument("--np", type=int, default=2, help="processes (localhost, Gloo)")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
@@ -40,10 +39,10 @@ def check_args(args: argparse.Namespace) -> List[str]:
     """Everything wrong with `horovod-q8 compare`'s arguments (empty when they make sense)."""
     problems = number_problems(args, MINIMUMS)
     chosen = args.compressions.split(",")
-    unknown = [n for n in chosen if n not in COMPRESSION_NAMES]
+    unknown = [n for n in chosen if n not in TRAIN_COMPRESSIONS]
     if unknown:
         problems.append(f"--compressions: unknown {', '.join(map(repr, unknown))}; "
-                        f"choose from {', '.join(COMPRESSION_NAMES)}")
+                        f"choose from {', '.join(TRAIN_COMPRESSIONS)}")
     elif len(set(chosen)) < len(chosen):
         problems.append(f"--compressions names one twice: {args.compressions}")
     return problems
