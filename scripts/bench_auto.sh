@@ -4,24 +4,26 @@
 # (`horovod-q8 cluster`, as root), with the native kernels the CPU has and with Numba only
 # (HOROVOD_Q8_NATIVE=0). One `horovod-q8 bench auto` run per cell, each its own log in
 # docs/runs/auto/<date>-<commit>/, then the table and plot (docs/auto.md, docs/auto.png).
-#   bash scripts/bench_auto.sh [--repeats N] [--cells "loopback 1gbit 10gbit none"]
+#   bash scripts/bench_auto.sh [--repeats N] [--cells "loopback 1gbit 10gbit none"] [--kernels "native numba"]
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$(bash "$REPO/scripts/setup.sh")"
 export PATH="$VENV/bin:$PATH" TF_CPP_MIN_LOG_LEVEL=2
 REPEATS=5
 CELLS="loopback 1gbit 10gbit none"
+KERNELS="native numba"
 while [ $# -gt 0 ]; do
   case "$1" in
     --repeats) REPEATS="$2"; shift 2 ;;
     --cells) CELLS="$2"; shift 2 ;;
+    --kernels) KERNELS="$2"; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 OUT="$REPO/docs/runs/auto/$(date -u +%F)-$(git -C "$REPO" rev-parse --short HEAD)"
 mkdir -p "$OUT"
 native="$(python -c 'from horovod_q8.backends import native; print("avx512" if native.library() else "avx2" if native.library_avx2() else "numba")')"
-for kernels in "$native" numba; do
+for kernels in ${KERNELS/native/$native}; do
   for cell in $CELLS; do
     log="$OUT/${cell}_${kernels}.log"
     env_native=()
