@@ -157,3 +157,12 @@ def test_choices_by_link_meet_and_move_from_compressed_to_plain_as_the_link_spee
     assert ranges[0][0] == 0.0 and ranges[-1][1] == float("inf")
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
     assert ranges[0][2] == "q8" and ranges[-1][2] == "none"
+
+
+def test_codec_rates_on_the_device_run_the_cuda_kernels(cp):
+    """GPU tensors: the codec is timed with the CUDA backend's arrays (a real GPU, or the host
+    build of kernels/codec.cu), not NumPy's."""
+    synced = []
+    rates = A.codec_rates(("none", "fp16", "q8"), n=1 << 12, xp=cp, sync=lambda: synced.append(1))
+    assert [r[0] for r in rates] == ["fp16", "q8"] and all(r[1] > 0 and r[2] > 0 for r in rates)
+    assert len(synced) >= 3 * (A.PROBE_REPEATS + 1)  # every timed call waited for the device

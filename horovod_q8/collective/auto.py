@@ -144,6 +144,8 @@ class Probe:
     allgather: Callable[[int], None]
     gather: Callable[[object], List[object]]
     fp16_roundtrip: Optional[Callable[[int], None]] = None
+    xp: object = np  # where the codec runs: NumPy (CPU kernels) or CuPy (GPU tensors)
+    sync: Callable[[], None] = lambda: None  # waits for the device (CuPy's kernels are asynchronous)
 
 
 def _best(fn: Callable[[], None], repeats: int = PROBE_REPEATS) -> float:
@@ -157,24 +159,28 @@ def _best(fn: Callable[[], None], repeats: int = PROBE_REPEATS) -> float:
 
 
 def codec_rates(names: Sequence[str], fp16_roundtrip: Optional[Callable[[int], None]] = None,
-                n: int = CODEC_ELEMENTS) -> List[Tuple[str, float, float]]:
-    """(name, encode, decode) elements/s of each quantized format (and fp16) on this machine."""
-    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+                n: int = CODEC_ELEMENTS, xp=np, sync: Callable[[], None] = lambda: None
+                ) -> List[Tuple[str, float, float]]:
+    """(name, encode, decode) elements/s of each quantized format (and fp16) on this machine,
+    with arrays of `xp` (CuPy: the GPU kernels, `sync` waiting for them)."""
+    x = xp.asarray(np.random.default_rng(0).standard_normal(n).astype(np.float32))
+
+    def timed(fn: Callable[[], object]) -> float:
+        return _best(lambda: (fn(), sync()))
+
     out = []
     for name in names:
         if name == "none":
             continue
         if name == "fp16":
-            if fp16_roundtrip is None:
-                t = _best(lambda: x.astype(np.float16).astype(np.float32))
-            else:
-                t = _best(lambda: fp16_roundtrip(n))
+            t = timed(lambda: x.astype(np.float16).astype(np.float32)) if fp16_roundtrip is None \
+                else timed(lambda: fp16_roundtrip(n))
             out.append((name, 2 * n / t, 2 * n / t))  # the roundtrip is one cast each way
             continue
         buf = codec.quantize(x, name, seed=1)
-        dst = np.empty_like(x)
-        enc = _best(lambda: codec.quantize(x, name, seed=1))
-        dec = _best(lambda: codec.dequantize(buf, name, n, out=dst))
+        dst = xp.empty_like(x)
+        enc = timed(lambda: codec.quantize(x, name, seed=1))
+        dec = timed(lambda: codec.dequantize(buf, name, n, out=dst))
         out.append((name, n / enc, n / dec))
     return out
 
@@ -183,7 +189,7 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
     """This rank's figures: the link's probe times, each allowed path's time at SMALL elements
     and the codec rates (a few hundred ms in all)."""
     t0 = time.perf_counter()
-    rates = codec_rates(allow, probe.fp16_roundtrip)  # first: it also loads the kernels
+    rates = codec_rates(allow, probe.fp16_roundtrip, xp=probe.xp, sync=probe.sync)  # first: loads the kernels
     small = {name: _best(lambda: probe.send(name, SMALL)) for name in dict.fromkeys(("none", *allow))}
     large = _best(lambda: probe.send("none", LARGE), repeats=2)
     gathered = _best(lambda: probe.allgather(LARGE), repeats=2)

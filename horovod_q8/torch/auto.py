@@ -26,22 +26,27 @@ def settings_of(auto: Auto) -> Dict[str, Any]:
             for a in auto.allow}
 
 
-def _tensor_probe(ranks: int, send, allgather, gather) -> Probe:
-    """A Probe over tensors: send(name, t) reduces t as `name`; values are random normal (a
-    codec's time depends on them), the same on every rank."""
+def _tensor_probe(ranks: int, send, allgather, gather, device: torch.device = torch.device("cpu")) -> Probe:
+    """A Probe over tensors on `device`: send(name, t) reduces t as `name`; values are random
+    normal (a codec's time depends on them), the same on every rank. On a GPU the codec is timed
+    with CuPy's kernels, as the engine runs them there."""
     cache: Dict[Any, torch.Tensor] = {}
 
     def values(n: int, dtype) -> torch.Tensor:
         if (n, dtype) not in cache:
             x = torch.from_numpy(np.random.default_rng(n).standard_normal(n).astype(np.float32))
-            cache[(n, dtype)] = x.view(torch.uint8)[:n].clone() if dtype == torch.uint8 else x
+            cache[(n, dtype)] = (x.view(torch.uint8)[:n].clone() if dtype == torch.uint8 else x).to(device)
         return cache[(n, dtype)]
 
     def fp16_roundtrip(n: int) -> None:
         values(n, torch.float32).half().float()
 
+    xp, sync = np, (lambda: None)
+    if device.type == "cuda":
+        from horovod_q8 import _compat
+        xp, sync = _compat.cupy(), (lambda: torch.cuda.synchronize(device))
     return Probe(ranks, lambda name, n: send(name, values(n, torch.float32).clone()),
-                 lambda nbytes: allgather(values(nbytes, torch.uint8)), gather, fp16_roundtrip)
+                 lambda nbytes: allgather(values(nbytes, torch.uint8)), gather, fp16_roundtrip, xp, sync)
 
 
 def horovod_probe(compressors: Dict[str, Any]) -> Probe:
@@ -59,9 +64,9 @@ def horovod_probe(compressors: Dict[str, Any]) -> Probe:
         lambda obj: hvd.allgather_object(obj, name=f"horovod_q8.auto.{k}.figures"))
 
 
-def dist_probe(send, group=None) -> Probe:
-    """torch.distributed's collectives over `group`; send(name, t): the DDP hook's path for a
-    bucket sent as `name`."""
+def dist_probe(send, group=None, device: torch.device = torch.device("cpu")) -> Probe:
+    """torch.distributed's collectives over `group`, on the buckets' device; send(name, t): the
+    DDP hook's path for a bucket sent as `name`."""
     import torch.distributed as dist
 
     size = dist.get_world_size(group)
@@ -74,7 +79,7 @@ def dist_probe(send, group=None) -> Probe:
         dist.all_gather_object(out, obj, group=group)
         return out
 
-    return _tensor_probe(size, send, allgather, gather)
+    return _tensor_probe(size, send, allgather, gather, device)
 
 
 def log_on_rank0(rank: int):

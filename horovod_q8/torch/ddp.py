@@ -82,11 +82,11 @@ class Q8HookState:
     def fingerprint(self) -> dict:
         return (self.auto or self.setting).fingerprint()
 
-    def choose(self, n: int) -> Tuple[str, Optional[Setting]]:
+    def choose(self, n: int, device: torch.device) -> Tuple[str, Optional[Setting]]:
         """Auto: the format for a bucket of n elements and its Setting (None: none or fp16),
-        calibrating at the first bucket (every rank together)."""
+        calibrating at the first bucket (every rank together, on the buckets' device)."""
         group = self.process_group
-        plan = self.auto_state.ensure(lambda: dist_probe(self._probe_send, group),
+        plan = self.auto_state.ensure(lambda: dist_probe(self._probe_send, group, device),
                                       lambda s, label: dist_agreement.agree(s, group, label),
                                       log_on_rank0(dist.get_rank(group)))
         name = plan.choose(n).name
@@ -171,7 +171,7 @@ def average(state: Q8HookState, flat: torch.Tensor, key: str,
         return flat.div_(n_ranks)
     setting, prefix = state.setting, f"ddp.{key}"
     if state.auto is not None:
-        name, setting = state.choose(flat.numel())
+        name, setting = state.choose(flat.numel(), flat.device)
         if setting is None:
             return _plain_average(flat, n_ranks, state.process_group, half=name == "fp16")
         prefix = f"ddp.{key}.{name}"
