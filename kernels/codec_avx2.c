@@ -62,6 +62,23 @@ AVX2 static uint32_t absmax_bits(const float *x, int64_t n) {
     return b > INF_BITS ? NAN_BITS : b;  // any NaN gives the canonical NaN
 }
 
+// m (absmax bits so far) with those of the 32 floats at p, prefetching ahead.
+AVX2 static inline __m256i absmax32(__m256i m, const float *p) {
+    const __m256i abs_mask = _mm256_set1_epi32((int)ABS_MASK);
+    _mm_prefetch((const char *)(p + PREFETCH_AHEAD), _MM_HINT_T0);
+    _mm_prefetch((const char *)(p + PREFETCH_AHEAD + 16), _MM_HINT_T0);
+    for (int q = 0; q < 4; q++) m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(p + 8 * q)), abs_mask));
+    return m;
+}
+
+// The absmax bits of a block whose first elements m holds (absmax32) and whose n others are at x.
+AVX2 static uint32_t absmax_rest(__m256i m, const float *x, int64_t n) {
+    uint32_t lanes[8], b = absmax_bits(x, n);
+    _mm256_storeu_si256((__m256i *)lanes, m);
+    for (int q = 0; q < 8; q++) b = lanes[q] > b ? lanes[q] : b;
+    return b > INF_BITS ? NAN_BITS : b;
+}
+
 // The quotient an element of a block whose scale is +Inf (it holds +-Inf) is coded as: +-Inf -> +-1, finite -> 0.
 static inline float overflowed(float x) {
     return x == __builtin_inff() ? 1.0f : (x == -__builtin_inff() ? -1.0f : 0.0f);
@@ -81,6 +98,14 @@ AVX2 static inline void store8(uint8_t *dst, __m256i c) {
                                           0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
     __m256i p = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(c, pick), _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0));
     _mm_storel_epi64((__m128i *)dst, _mm256_castsi256_si128(p));
+}
+
+// 32 codes (the low bytes of 4 x 8 int32 lanes) -> 32 bytes: two packs and one permute.
+AVX2 static inline void store32_8(uint8_t *dst, __m256i c0, __m256i c1, __m256i c2, __m256i c3) {
+    const __m256i m = _mm256_set1_epi32(255);
+    __m256i p = _mm256_packus_epi16(_mm256_packs_epi32(_mm256_and_si256(c0, m), _mm256_and_si256(c1, m)),
+                                    _mm256_packs_epi32(_mm256_and_si256(c2, m), _mm256_and_si256(c3, m)));
+    _mm256_storeu_si256((__m256i *)dst, _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
 
 // The codes of x / s for 8 elements, as codec_x86.c's codes16q (which has the argument) for
@@ -129,32 +154,40 @@ AVX2 void hq8_avx2_encode8(const float *x, int64_t n, int64_t block, uint32_t *s
     const __m256 w_hi = _mm256_loadu_ps(T->w_hi);
     const __m256i twice_center = _mm256_set1_epi32(2 * T->center);
     int64_t nb = block > 0 ? (n + block - 1) / block : 0;
+    uint32_t next = nb ? absmax_bits(x, n < block ? n : block) : 0;
     for (int64_t b = 0; b < nb; b++) {
-        const int64_t s = b * block, len = block_len(b, block, n);
-        const float *xs = x + s;
+        const int64_t s = b * block, len = block_len(b, block, n), nlen = b + 1 < nb ? block_len(b + 1, block, n) : 0;
+        const float *xs = x + s, *nx = xs + len;
         uint8_t *cs = codes + s;
-        uint32_t sb = absmax_bits(xs, len);
+        uint32_t sb = next;
         scale_bits[b] = sb;
-        if (sb == 0 || sb > INF_BITS) {
-            memset(cs, T->center, (size_t)len);  // all zeros, or a NaN: every code is 0.0's
-            continue;
-        }
-        if (sb == INF_BITS) {
-            for (int64_t i = 0; i < len; i++) cs[i] = code_one(overflowed(xs[i]), T);
+        if (sb == 0 || sb >= INF_BITS) {  // all zeros, a NaN or an overflowed block
+            if (sb == INF_BITS)
+                for (int64_t i = 0; i < len; i++) cs[i] = code_one(overflowed(xs[i]), T);
+            else
+                memset(cs, T->center, (size_t)len);  // every code is 0.0's
+            next = absmax_bits(nx, nlen);
             continue;
         }
         float sc;
         memcpy(&sc, &sb, 4);
         const __m256 vs = _mm256_set1_ps(sc);
-        const int64_t full = len & ~(int64_t)7;
-        __m256i q0 = full ? quot8(xs, vs) : _mm256_setzero_si256(), q1 = full > 8 ? quot8(xs + 8, vs) : q0, q2 = q1;
+        // the next block's absmax in the same loop: its loads from memory overlap this block's arithmetic
+        __m256i m = _mm256_setzero_si256(), qa[4], qn[4], c[4];
+        const int64_t both = (nlen < len ? nlen : len) & ~(int64_t)31;
         int64_t i = 0;
-        for (; i < full; i += 8) {
-            if (i + 16 < full) q2 = quot8(xs + i + 16, vs);
-            store8(cs + i, codes8(q0, T, d_lo, d_hi, lows, c1, c0, w_hi, twice_center));
-            q0 = q1, q1 = q2;
+        for (int q = 0; q < 4 && len >= 32; q++) qa[q] = quot8(xs + 8 * q, vs);
+        for (; i + 32 <= len; i += 32) {  // each quotient taken 32 elements ahead: the division heads the chain
+            if (i < both) m = absmax32(m, nx + i);
+            for (int q = 0; q < 4; q++) qn[q] = i + 64 <= len ? quot8(xs + i + 32 + 8 * q, vs) : qa[q];
+            for (int q = 0; q < 4; q++) c[q] = codes8(qa[q], T, d_lo, d_hi, lows, c1, c0, w_hi, twice_center);
+            store32_8(cs + i, c[0], c[1], c[2], c[3]);
+            for (int q = 0; q < 4; q++) qa[q] = qn[q];
         }
+        for (; i + 8 <= len; i += 8)
+            store8(cs + i, codes8(quot8(xs + i, vs), T, d_lo, d_hi, lows, c1, c0, w_hi, twice_center));
         for (; i < len; i++) cs[i] = code_one(xs[i] / sc, T);
+        next = absmax_rest(m, nx + both, nlen - both);
     }
 }
 
@@ -239,26 +272,18 @@ AVX2 static uint32_t codes_q4(const float *x, int64_t n, float sc, uint8_t *code
     binades8 B;
     B.neg_below = _mm256_loadu_si256((const __m256i *)T->neg_below);
     B.m1 = _mm256_loadu_si256((const __m256i *)T->m1), B.m2 = _mm256_loadu_si256((const __m256i *)T->m2);
-    const __m256i center17 = _mm256_set1_epi16((short)(17 * T->center)), abs_mask = _mm256_set1_epi32((int)ABS_MASK);
+    const __m256i center17 = _mm256_set1_epi16((short)(17 * T->center));
     const __m256 vs = _mm256_set1_ps(sc);
     __m256i m = _mm256_setzero_si256();
     const int64_t both = (nn < n ? nn : n) & ~(int64_t)31;
     int64_t i = 0;
     for (; i < both; i += 32) {
-        _mm_prefetch((const char *)(nx + i + PREFETCH_AHEAD), _MM_HINT_T0);
-        _mm_prefetch((const char *)(nx + i + PREFETCH_AHEAD + 16), _MM_HINT_T0);
-        for (int q = 0; q < 4; q++)
-            m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(nx + i + 8 * q)), abs_mask));
+        m = absmax32(m, nx + i);
         codes32_q4(x + i, vs, &B, center17, codes + i / 2);
     }
     for (; i + 32 <= n; i += 32) codes32_q4(x + i, vs, &B, center17, codes + i / 2);
     for (; i < n; i++) put4(codes, i, code_one_q4(x[i] / sc, T));
-    uint32_t lanes[8], b = 0;
-    _mm256_storeu_si256((__m256i *)lanes, m);
-    for (int q = 0; q < 8; q++) b = lanes[q] > b ? lanes[q] : b;
-    uint32_t rest = absmax_bits(nx + both, nn - both);
-    b = rest > b ? rest : b;
-    return b > INF_BITS ? NAN_BITS : b;
+    return absmax_rest(m, nx + both, nn - both);
 }
 
 // Scales (absmax bits per block of `block` elements, the last one shorter) and 4-bit codes;
