@@ -28,6 +28,7 @@ def test_bench_codec_writes_every_row(tmp_path, capsys):
     for r in data["rows"]:
         assert r["encode_ms"] > 0 and r["decode_ms"] > 0 and r["copy_ms"] > 0
         assert r["ratio"] == pytest.approx((r["encode_ms"] + r["decode_ms"]) / r["copy_ms"])
+        assert r["sum2_ms"] > 0 and r["ratio_sum2"] == pytest.approx(r["sum2_ms"] / r["copy_ms"])
     assert f"| twobit +residual | {bench.HERE} | parallel | {every} |" in capsys.readouterr().out
 
 

@@ -1,8 +1,9 @@
 """`horovod-q8 bench codec`: the CPU codec beside a float32 copy of the same tensor.
 
 For each format, in one run: encode ms, decode ms, decode-and-accumulate ms (`out +=`, as the
-allreduce uses it), the time of `np.copyto` of the same float32 tensor into a preallocated
-buffer, and the ratio (encode + decode) / copy. Rows for one thread (the serial kernels and
+allreduce uses it), the sum of 2 ranks' codes in one pass (`decode_sum`, as a rank reduces
+what it received), the time of `np.copyto` of the same float32 tensor into a preallocated
+buffer, and the ratios (encode + decode) / copy and sum of 2 / copy. Rows for one thread (the serial kernels and
 the parallel kernels on one thread) and for every thread; with --baseline REV also the CPU
 backend of that git revision, timed in the same rounds. Timings are interleaved, one call of
 each op per round, and the median (or with --stat min the best) of the rounds is reported, so
@@ -157,14 +158,19 @@ def round_times(ops: Dict[str, Callable[[], object]], repeats: int, stat: str = 
 
 
 def format_ops(be: ModuleType, fmt: Format, x: np.ndarray, residual: bool) -> Dict[str, Callable[[], object]]:
-    """encode / decode / decode+accumulate of x through a CPU backend, buffers preallocated."""
+    """encode / decode / decode+accumulate / sum of 2 ranks (where the backend has decode_sum) of
+    x through a CPU backend, buffers preallocated."""
     n = x.size
     buf = be.encode(x, fmt, residual=np.zeros(n, np.float32) if fmt.uses_residual else None)
+    other = be.encode(x[::-1].copy(), fmt, residual=np.zeros(n, np.float32) if fmt.uses_residual else None)
     r = np.zeros(n, np.float32) if (fmt.uses_residual and residual) else None
     out, acc = np.empty(n, np.float32), np.zeros(n, np.float32)
-    return {"encode": lambda: be.encode(x, fmt, residual=r, out=buf),
-            "decode": lambda: be.decode(buf, fmt, n, out=out),
-            "decode_acc": lambda: be.decode(buf, fmt, n, out=acc, accumulate=True)}
+    ops = {"encode": lambda: be.encode(x, fmt, residual=r, out=buf),
+           "decode": lambda: be.decode(buf, fmt, n, out=out),
+           "decode_acc": lambda: be.decode(buf, fmt, n, out=acc, accumulate=True)}
+    if hasattr(be, "decode_sum"):
+        ops["sum2"] = lambda: be.decode_sum([buf, other], fmt, n, out)
+    return ops
 
 
 def cases(fmts: List[Format], residual: bool, backends: List[Backend]) -> List[tuple]:
@@ -190,10 +196,12 @@ def measure(entries: List[tuple], x: np.ndarray, variant: str, threads: int, rep
     rows = []
     for label, f, residual, (code, _, _) in entries:
         enc, dec, acc = (t[f"{code}/{label}/{k}"] for k in ("encode", "decode", "decode_acc"))
+        sum2 = t.get(f"{code}/{label}/sum2")
         rows.append(dict(format=label, code=code, residual=residual, variant=variant, threads=threads,
                          encode_ms=enc * 1e3, decode_ms=dec * 1e3, decode_acc_ms=acc * 1e3,
-                         copy_ms=t["copy"] * 1e3, ratio=(enc + dec) / t["copy"],
-                         ratio_acc=(enc + acc) / t["copy"]))
+                         sum2_ms=None if sum2 is None else sum2 * 1e3, copy_ms=t["copy"] * 1e3,
+                         ratio=(enc + dec) / t["copy"], ratio_acc=(enc + acc) / t["copy"],
+                         ratio_sum2=None if sum2 is None else sum2 / t["copy"]))
     return rows
 
 
@@ -225,12 +233,14 @@ def report(args: argparse.Namespace, rows: List[dict], load_before: float, n: in
           f"Numba threads; load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
     print("# threshold formats: '+residual' rows with error feedback (x and the residual read, the "
           "residual written: one more stream than a copy), the others without")
-    print("# ratio = (encode + decode) / copy; ratio_acc = (encode + decode_acc) / copy; "
-          "copy = np.copyto into a preallocated float32 buffer (one thread)\n")
-    header = ["format", "code", "kernels", "threads", "encode ms", "decode ms", "decode+acc ms", "copy ms",
-              "ratio", "ratio_acc"]
+    print("# ratio = (encode + decode) / copy; ratio_acc = (encode + decode_acc) / copy; sum2 = decode_sum of 2 "
+          "ranks' buffers, ratio_sum2 = sum2 / copy; copy = np.copyto into a preallocated float32 buffer (one thread)\n")
+    header = ["format", "code", "kernels", "threads", "encode ms", "decode ms", "decode+acc ms", "sum2 ms", "copy ms",
+              "ratio", "ratio_acc", "ratio_sum2"]
     print(markdown(header, [[r["format"], r["code"], r["variant"], r["threads"], r["encode_ms"], r["decode_ms"],
-                             r["decode_acc_ms"], r["copy_ms"], r["ratio"], r["ratio_acc"]] for r in rows]))
+                             r["decode_acc_ms"], "-" if r["sum2_ms"] is None else r["sum2_ms"], r["copy_ms"],
+                             r["ratio"], r["ratio_acc"], "-" if r["ratio_sum2"] is None else r["ratio_sum2"]]
+                            for r in rows]))
 
 
 def run(args: argparse.Namespace) -> None:
