@@ -69,6 +69,7 @@ class AutoCompressor(AutoCompressorBase):
     def _compressors(self) -> dict:
         return {a: compressor(a, min_size=self.min_size, **dict(self.options)) for a in self.allow}
 
+    @tf.autograph.experimental.do_not_convert  # plain Python, run eagerly (init_scope) even while traced
     def plan(self) -> AutoPlan:
         """Calibrate at first use (eagerly, every rank together), then the fixed plan."""
         if self.auto_state.plan is None:

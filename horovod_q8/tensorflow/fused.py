@@ -95,27 +95,30 @@ class FusedReducer(tf.Module):
             order = PhaseOrder()  # buckets in the same order on every rank, phases overlapping
             for b, members in enumerate(buckets):
                 idx = [fused[m] for m in members]
-                flat = tf.concat([C.as_flat_float32(grads[i]) for i in idx], axis=0)
-                n = int(flat.shape[0])
+                n = sum(policy.numel(grads[i].shape) for i in idx)
                 comp = self.compression.for_bucket(n) if auto and n_ranks > 1 else self.compression
-                if not isinstance(comp, Q8Compressor):  # Auto chose Horovod's none or fp16
-                    total = hvd.allreduce(flat, op=hvd.Sum, compression=comp, name=f"{name}.auto{b}") * scale
+                if not isinstance(comp, Q8Compressor):  # Auto chose Horovod's none or fp16: its own path
+                    for i in idx:  # per tensor, as Horovod's reducer: Horovod fuses them in its buffer
+                        out[i] = hvd.allreduce(grads[i], op=op, prescale_factor=pre, postscale_factor=post,
+                                               compression=comp, name=f"{name}.auto{i}")
+                    continue
+                flat = tf.concat([C.as_flat_float32(grads[i]) for i in idx], axis=0)
+                group = policy.bucket_group(comp, shapes, members)
+                decision = policy.decide(comp, True, n, n_ranks, group)
+                if not decision.compress:
+                    total = hvd.allreduce(flat, op=hvd.Sum, name=f"{name}.small{b}") * scale
                 else:
-                    group = policy.bucket_group(comp, shapes, members)
-                    decision = policy.decide(comp, True, n, n_ranks, group)
-                    if not decision.compress:
-                        total = hvd.allreduce(flat, op=hvd.Sum, name=f"{name}.small{b}") * scale
-                    else:
-                        key = f"q8.{name}.{comp.name}.bucket{b}" if auto else f"q8.{name}.bucket{b}"
-                        req = policy.request(comp, n, group, key)
-                        total = C.compressed_sum(self.state, req, flat, True, comp.warmup_steps,
-                                                 comp.format.seed, scale=scale, order=order)
+                    key = f"q8.{name}.{comp.name}.bucket{b}" if auto else f"q8.{name}.bucket{b}"
+                    req = policy.request(comp, n, group, key)
+                    total = C.compressed_sum(self.state, req, flat, True, comp.warmup_steps,
+                                             comp.format.seed, scale=scale, order=order)
                 parts = tf.split(total, [policy.numel(grads[i].shape) for i in idx])
                 for i, part in zip(idx, parts):
                     out[i] = tf.cast(tf.reshape(part, grads[i].shape), grads[i].dtype)
             return out
 
 
+    @tf.autograph.experimental.do_not_convert  # plain Python, run eagerly (init_scope) even while traced
     def _auto_calibrated(self) -> None:
         """Auto: a restored calibration is used; a new one is saved with the optimizer."""
         state = getattr(self.compression, "auto_state", None)

@@ -91,7 +91,9 @@ def main() -> None:
     assert restored == (what == "resume"), (what, restored)
     if what == "train":
         per_tensor(auto)
-        tf.train.Checkpoint(optimizer=opt).write(sys.argv[2])
+        if hvd.rank() == 0:  # one writer; the calibration saved is the same on every rank
+            tf.train.Checkpoint(optimizer=opt).write(sys.argv[2])
+        hvd_tf.allgather_object(0, name="written")
     if what == "forced":
         assert [c.name for _, _, c in auto.plan().classes()] == ["none", "q4"]  # below min_size: none
         per_tensor(auto)
