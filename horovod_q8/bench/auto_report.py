@@ -22,7 +22,15 @@ TOLERANCE = 0.05
 
 
 def parse(text: str) -> Dict[str, object]:
-    """One log -> {"allow": [...], "calibration_ms": float, "kernels": str, "tables": [...]}."""
+    """One log -> {"allow": [...], "calibration_ms": float, "kernels": str, "tables": [...]}.
+    horovodrun's "[0]<stdout>:" prefixes are dropped, other ranks' lines too."""
+    lines = []
+    for line in text.splitlines():
+        m = re.match(r"\[(\d+)\]<std(?:out|err)>:", line)
+        if m and m.group(1) != "0":
+            continue
+        lines.append(line[m.end():] if m else line)
+    text = "\n".join(lines)
     out: Dict[str, object] = {"tables": []}
     m = re.search(r"Auto may choose (\[.*?\]); calibration took (\d+) ms", text)
     if not m:
