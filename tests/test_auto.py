@@ -166,3 +166,17 @@ def test_codec_rates_on_the_device_run_the_cuda_kernels(cp):
     rates = A.codec_rates(("none", "fp16", "q8"), n=1 << 12, xp=cp, sync=lambda: synced.append(1))
     assert [r[0] for r in rates] == ["fp16", "q8"] and all(r[1] > 0 and r[2] > 0 for r in rates)
     assert len(synced) >= 3 * (A.PROBE_REPEATS + 1)  # every timed call waited for the device
+
+
+def test_options_go_to_the_formats_they_apply_to():
+    auto = A.make_auto(("none", "q8", "q4_threshold"), block_size=256, levels={"conv": 0.1, "dense": 0.2},
+                       warmup_steps=3)
+    hash(auto)  # a dict option is kept hashable: equal settings share one plan
+    assert auto.options_for("q8") == {"block_size": 256, "warmup_steps": 3}
+    assert auto.options_for("q4_threshold") == {"levels": {"conv": 0.1, "dense": 0.2}, "warmup_steps": 3}
+    with pytest.raises(ValueError, match="threshold= applies to none of the formats it may choose"):
+        A.make_auto(threshold=0.5)
+    with pytest.raises(ValueError, match="warmup_steps= applies to none"):
+        A.make_auto(("none", "fp16"), warmup_steps=2)
+    with pytest.raises(TypeError, match="unknown option"):
+        A.make_auto(block=3)

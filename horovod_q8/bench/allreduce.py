@@ -63,6 +63,10 @@ def run(args: argparse.Namespace) -> None:
     rank0 = hvd.rank() == 0
     if rank0:
         print(f"# allreduce benchmark: {hvd.size()} ranks, {machine()}\n", flush=True)
+    if "auto" in args.compressions.split(","):  # calibrate first, on every rank; say what it chose
+        lines = compressor("auto").plan().describe()
+        if rank0:
+            print("\n".join("    " + line for line in lines) + "\n", flush=True)
 
     def report(title: str, times: dict, nbytes: dict) -> None:
         if not rank0:

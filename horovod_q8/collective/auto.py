@@ -22,12 +22,15 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from horovod_q8 import codec
+from horovod_q8 import codec, formats
 from horovod_q8.collective import cost
 from horovod_q8.formats import COMPRESSION_NAMES
 from horovod_q8.options import require_int, shown
 
 OVERRIDE_ENV = "HOROVOD_Q8_AUTO"
+CODEBOOK_OPTIONS = ("block_size", "rounding", "seed")
+THRESHOLD_OPTIONS = ("threshold", "levels")
+SETTING_OPTIONS = ("error_feedback", "warmup_steps", "schedule", "pipeline_elements")
 DEFAULT_ALLOW = ("none", "fp16", "q8")
 # Elements of the two probe sizes. LARGE is a 16 MiB bucket (the fused path's default): a
 # CPU-bound link moves a 4 MiB tensor, which stays in cache, about twice as fast as a 100 MB one.
@@ -62,7 +65,16 @@ class Auto:
     def __post_init__(self) -> None:
         object.__setattr__(self, "allow", check_allow(self.allow))
         require_int("min_size", self.min_size)
-        object.__setattr__(self, "options", tuple(sorted(dict(self.options).items())))
+        # hashable: a dict value (q4_threshold's levels) as its sorted items
+        object.__setattr__(self, "options", tuple(sorted(
+            (k, tuple(sorted(v.items())) if isinstance(v, dict) else v) for k, v in dict(self.options).items())))
+
+    def options_for(self, name: str) -> dict:
+        """The options that apply to format `name`: the setting's, and its kind's (a codebook
+        format's block_size, rounding, seed; a threshold format's threshold, levels)."""
+        kind = formats.get(name).kind
+        keep = SETTING_OPTIONS + (CODEBOOK_OPTIONS if kind == formats.CODEBOOK else THRESHOLD_OPTIONS)
+        return {k: dict(v) if k == "levels" else v for k, v in self.options if k in keep}
 
     @property
     def name(self) -> str:
@@ -395,17 +407,23 @@ def choices_by_link(rates: Sequence[Tuple[str, float, float]], allow: Sequence[s
     return out
 
 
-FORMAT_OPTIONS = ("block_size", "rounding", "seed", "threshold", "levels")
-SETTING_OPTIONS = ("error_feedback", "warmup_steps", "schedule", "pipeline_elements")
 _STATES: Dict[Auto, AutoState] = {}
 
 
 def make_auto(allow: Sequence[str] = DEFAULT_ALLOW, min_size: int = 1024, **options) -> Auto:
-    """An Auto setting; options are those of the quantized formats it may choose."""
-    unknown = set(options) - set(FORMAT_OPTIONS) - set(SETTING_OPTIONS)
+    """An Auto setting; options are those of the quantized formats it may choose, each passed to
+    the formats it applies to, and refused when it applies to none of them."""
+    unknown = set(options) - set(CODEBOOK_OPTIONS + THRESHOLD_OPTIONS + SETTING_OPTIONS)
     if unknown:
         raise TypeError(f"Auto: unknown option(s) {sorted(unknown)}")
-    return Auto(tuple(allow), min_size, tuple((k, v) for k, v in options.items() if v is not None))
+    given = {k: v for k, v in options.items() if v is not None}
+    kinds = {formats.get(a).kind for a in check_allow(allow) if a not in cost.UNCOMPRESSED}
+    for k in given:
+        if (k in CODEBOOK_OPTIONS and formats.CODEBOOK not in kinds
+                or k in THRESHOLD_OPTIONS and formats.THRESHOLD not in kinds
+                or k in SETTING_OPTIONS and not kinds):
+            raise ValueError(f"Auto: {k}= applies to none of the formats it may choose ({', '.join(allow)})")
+    return Auto(tuple(allow), min_size, tuple(given.items()))
 
 
 @dataclass(frozen=True)

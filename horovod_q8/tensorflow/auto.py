@@ -62,14 +62,20 @@ def _log(line: str) -> None:
         _LOG.warning("%s", line)
 
 
+# Plain Python, never converted by autograph when Horovod's allreduce calls it inside a traced
+# function (converted, compress() once returned a Decision; plan() called ensure() without arguments).
+_python = tf.autograph.experimental.do_not_convert
+
+
 @dataclass(frozen=True, repr=False)
 class AutoCompressor(AutoCompressorBase):
     """An `Auto` setting as a Horovod compressor. Equal settings share one plan (`auto_state`)."""
 
     def _compressors(self) -> dict:
-        return {a: compressor(a, min_size=self.min_size, **dict(self.options)) for a in self.allow}
+        return {a: compressor(a) if a in ("none", "fp16") else compressor(a, min_size=self.min_size, **self.options_for(a))
+                for a in self.allow}
 
-    @tf.autograph.experimental.do_not_convert  # plain Python, run eagerly (init_scope) even while traced
+    @_python
     def plan(self) -> AutoPlan:
         """Calibrate at first use (eagerly, every rank together), then the fixed plan."""
         if self.auto_state.plan is None:
@@ -77,6 +83,7 @@ class AutoCompressor(AutoCompressorBase):
                 self.auto_state.ensure(lambda: probe(self.compressors), _agree if hvd.size() > 1 else _alone, _log)
         return self.auto_state.plan
 
+    @_python
     def choose(self, n: int) -> str:
         return self.plan().choose(n).name
 
@@ -86,6 +93,7 @@ class AutoCompressor(AutoCompressorBase):
         return any(getattr(c, "format", None) is not None and c.format.level_groups
                    for c in self.compressors.values())
 
+    @_python
     def decision(self, tensor: tf.Tensor) -> policy.Decision:
         """Why a tensor outside the fused buckets goes as it goes (the log's reasons)."""
         n = policy.numel(tensor.shape) if tensor.shape.is_fully_defined() else None
@@ -94,6 +102,7 @@ class AutoCompressor(AutoCompressorBase):
                   "size unknown until run time" if n is None else f"Auto chose {self.choose(n)}")
         return policy.Decision(False, n or 0, plain, plain, reason)
 
+    @_python
     def compress(self, tensor):
         """Per tensor (Horovod's own reducer): the chosen compressor's compress."""
         if isinstance(tensor, tf.IndexedSlices):
@@ -106,12 +115,14 @@ class AutoCompressor(AutoCompressorBase):
         out, ctx = comp.compress(tensor)
         return out, (comp, ctx)
 
+    @_python
     def decompress(self, tensor, ctx):
         if ctx is None:
             return tensor
         comp, inner = ctx
         return comp.decompress(tensor, inner)
 
+    @_python
     def for_bucket(self, n: int, group: str = "other"):
         """The compressor chosen for a bucket of n elements (Horovod's own for none and fp16)."""
         del group  # the format's layer group is resolved by the caller's request
