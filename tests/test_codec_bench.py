@@ -29,7 +29,10 @@ def test_bench_codec_writes_every_row(tmp_path, capsys):
         assert r["encode_ms"] > 0 and r["decode_ms"] > 0 and r["copy_ms"] > 0
         assert r["ratio"] == pytest.approx((r["encode_ms"] + r["decode_ms"]) / r["copy_ms"])
         assert r["sum2_ms"] > 0 and r["ratio_sum2"] == pytest.approx(r["sum2_ms"] / r["copy_ms"])
-    assert f"| twobit +residual | {bench.HERE} | parallel | {every} |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"| twobit +residual | {bench.HERE} | parallel | {every} |" in out
+    first = out.splitlines()[0]
+    assert "kernels: " in first and ("AVX" in first or "Numba" in first), first
 
 
 def test_reciprocal_check_counts_changed_quotients(rng):

@@ -227,10 +227,14 @@ def report(args: argparse.Namespace, rows: List[dict], load_before: float, n: in
 
     from horovod_q8.bench.common import machine, markdown
 
+    from horovod_q8.backends import native
+
     stat = "best" if args.stat == "min" else "median"
+    family = native.describe() if native.in_use() else f"Numba ({native.describe()})"
     print(f"# codec benchmark: {n} float32 ({4 * n / 1e6:.0f} MB, Gaussian), {stat} of {args.repeats} "
-          f"interleaved rounds; {machine()}; numba {numba.__version__}, {numba.config.NUMBA_NUM_THREADS} "
-          f"Numba threads; load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
+          f"interleaved rounds; kernels: {family}; {machine()}; numba {numba.__version__}, "
+          f"{numba.config.NUMBA_NUM_THREADS} Numba threads; load average {load_before:.2f} before, "
+          f"{os.getloadavg()[0]:.2f} after")
     print("# threshold formats: '+residual' rows with error feedback (x and the residual read, the "
           "residual written: one more stream than a copy), the others without")
     print("# ratio = (encode + decode) / copy; ratio_acc = (encode + decode_acc) / copy; sum2 = decode_sum of 2 "
