@@ -37,6 +37,7 @@ DEFAULT_ALLOW = ("none", "fp16", "q8")
 SMALL, LARGE = 4096, 1 << 22
 CODEC_ELEMENTS = 1 << 22  # elements each codec rate is measured on: enough that threads' start-up does not count
 PROBE_REPEATS = 3
+MARGIN = 0.05  # a format other than none must be predicted this much faster to be chosen
 RANGE_TOP = 1 << 30  # the largest bucket `AutoPlan.classes` describes
 
 
@@ -101,8 +102,8 @@ class Calibration:
     """What the choice rests on, the same on every rank. alpha: seconds per message;
     bandwidth: bytes/s a ring allreduce reaches per link; gather_bandwidth: what the allgather
     that carries codes reaches; rates: format -> (encode, decode) elements/s on this machine;
-    small: format -> seconds of one real allreduce of SMALL elements sent so (its fixed costs:
-    host calls, extra collectives, kernel launches, which the alpha-beta terms do not hold)."""
+    small, large: format -> seconds of one real allreduce of SMALL and LARGE elements sent so
+    (what the path really costs, fixed costs and Horovod's own work included)."""
 
     ranks: int
     alpha: float
@@ -110,6 +111,7 @@ class Calibration:
     gather_bandwidth: float
     rates: Tuple[Tuple[str, float, float], ...] = ()
     small: Tuple[Tuple[str, float], ...] = ()
+    large: Tuple[Tuple[str, float], ...] = ()
     seconds: float = field(default=0.0, compare=False)  # what measuring cost on this rank
 
     def rate(self, name: str) -> Tuple[float, float]:
@@ -124,6 +126,7 @@ class Calibration:
         d = asdict(self)
         d["rates"] = [list(r) for r in self.rates]
         d["small"] = [list(r) for r in self.small]
+        d["large"] = [list(r) for r in self.large]
         return d
 
     @staticmethod
@@ -133,6 +136,7 @@ class Calibration:
                                float(d["gather_bandwidth"]),
                                tuple((str(n), float(e), float(c)) for n, e, c in d["rates"]),
                                tuple((str(n), float(t)) for n, t in d["small"]),
+                               tuple((str(n), float(t)) for n, t in d["large"]),
                                float(d.get("seconds", 0.0)))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"horovod_q8 Auto: not a saved calibration ({e!r})") from None
@@ -204,8 +208,11 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
     and the codec rates (a few hundred ms in all)."""
     t0 = time.perf_counter()
     rates = codec_rates(allow, probe.fp16_roundtrip, xp=probe.xp, sync=probe.sync)  # first: loads the kernels
-    small = {name: _best(lambda: probe.send(name, SMALL)) for name in dict.fromkeys(("none", *allow))}
-    large = _best(lambda: probe.send("none", LARGE), repeats=2)
+    paths = dict.fromkeys(("none", *allow))
+    small = {name: _best(lambda: probe.send(name, SMALL)) for name in paths}
+    # Horovod's own paths at LARGE too (fp16's sum of halves on a CPU is not in the model); the
+    # quantized paths' per-element cost is the model's (TensorFlow's eager probe would overstate it 3x)
+    large = {name: _best(lambda: probe.send(name, LARGE), repeats=2) for name in paths if name in cost.UNCOMPRESSED}
     gathered = _best(lambda: probe.allgather(LARGE), repeats=2)
     return {"small": small, "large": large, "gather": gathered, "rates": rates,
             "seconds": time.perf_counter() - t0}
@@ -216,7 +223,8 @@ def combine(figures: Sequence[dict], ranks: int) -> Calibration:
     collective waits for it). Pure, so ranks with the same list compute the same bits."""
     p = max(ranks, 2)
     small = {nm: max(f["small"][nm] for f in figures) for nm in figures[0]["small"]}
-    large = max(f["large"] for f in figures)
+    large_of = {nm: max(f["large"][nm] for f in figures) for nm in figures[0]["large"]}
+    large = large_of["none"]
     gathered = max(f["gather"] for f in figures)
     # ring: t(n) = 2 (P-1) alpha + 2 (P-1) / P * 4 n / bandwidth, through the two sizes
     per_element = max(large - small["none"], 1e-12) / (LARGE - SMALL)
@@ -228,7 +236,7 @@ def combine(figures: Sequence[dict], ranks: int) -> Calibration:
     rates = tuple((nm, min(dict((r[0], r[1]) for r in f["rates"])[nm] for f in figures),
                    min(dict((r[0], r[2]) for r in f["rates"])[nm] for f in figures)) for nm in names)
     return Calibration(ranks, alpha, bandwidth, gather_bandwidth, rates, tuple(small.items()),
-                       max(f["seconds"] for f in figures))
+                       tuple(large_of.items()), max(f["seconds"] for f in figures))
 
 
 def calibrate(probe: Probe, allow: Sequence[str]) -> Calibration:
@@ -258,7 +266,7 @@ class AutoPlan:
         if self.forced is not None and self.forced not in auto.allow:
             raise ValueError(f"{OVERRIDE_ENV}={self.forced!r} is not among this Auto's allow={list(auto.allow)}")
         self._cache: Dict[int, Choice] = {}
-        self._overhead: Dict[str, float] = {}
+        self._fit: Dict[str, Tuple[float, float]] = {}
 
     def model(self, name: str, n: int) -> float:
         """Seconds for one allreduce of n float32 elements sent as `name`: the cost model's
@@ -269,16 +277,27 @@ class AutoPlan:
         return cost.allreduce_time(name, n, c.ranks, alpha=c.alpha, bandwidth=bw, encode_rate=enc,
                                    decode_rate=dec)["total"]
 
-    def overhead(self, name: str) -> float:
-        """What the real path took at SMALL elements beyond the model: its fixed cost per call."""
-        if name not in self._overhead:
-            measured = dict(self.calibration.small).get(name)
-            self._overhead[name] = 0.0 if measured is None else max(0.0, measured - self.model(name, SMALL))
-        return self._overhead[name]
+    def fit(self, name: str) -> Tuple[float, float]:
+        """(a, k): the model's line for this path moved through its two measured allreduces,
+        a + k * model(n): a holds the path's fixed costs (host calls, extra collectives, kernel
+        launches), k what the model misses per element (Horovod summing halves element by
+        element on the CPU for fp16, say). Without both measurements: the model as it is."""
+        if name not in self._fit:
+            m_s, m_l = self.model(name, SMALL), self.model(name, LARGE)
+            t_s, t_l = dict(self.calibration.small).get(name), dict(self.calibration.large).get(name)
+            if t_s is None:
+                self._fit[name] = (0.0, 1.0)
+            elif t_l is None or not (m_l > m_s and t_l > t_s):
+                self._fit[name] = (max(0.0, t_s - m_s), 1.0)
+            else:
+                k = (t_l - t_s) / (m_l - m_s)
+                self._fit[name] = (t_s - k * m_s, k)
+        return self._fit[name]
 
     def predict(self, name: str, n: int) -> float:
         """Predicted seconds of one allreduce of n elements sent as `name`."""
-        return self.model(name, n) + self.overhead(name)
+        a, k = self.fit(name)
+        return a + k * self.model(name, n)
 
     def choose(self, n: int) -> Choice:
         n = int(n)
@@ -295,6 +314,9 @@ class AutoPlan:
         if self.forced:
             return Choice(n, self.forced, predicted, f"{OVERRIDE_ENV}={self.forced}")
         best = min(predicted, key=lambda kv: kv[1])  # ties: the first allowed
+        plain = dict(predicted).get("none")
+        if plain is not None and best[0] != "none" and plain <= best[1] * (1 + MARGIN):
+            return Choice(n, "none", predicted, f"within {MARGIN:.0%} of the least predicted time")
         return Choice(n, best[0], predicted, "least predicted time")
 
     def classes(self, top: int = RANGE_TOP) -> List[Tuple[int, int, Choice]]:
@@ -305,18 +327,18 @@ class AutoPlan:
             return ch.name, ch.reason
 
         out: List[Tuple[int, int, Choice]] = []
-        lo, current = 1, kind(1)
-        k = 1
-        while k < top:
-            hi = min(2 * k, top)
-            if kind(hi) != current:
-                a, b = k, hi  # kind(a) is current, kind(b) is not
-                while b - a > 1:
-                    m = (a + b) // 2
-                    a, b = (m, b) if kind(m) == current else (a, m)
-                out.append((lo, a, self.choose(lo)))
-                lo, current = b, kind(b)
-            k = hi
+        lo, current, pos = 1, kind(1), 1
+        while pos < top:
+            hi = min(2 * pos, top)
+            if kind(hi) == current:
+                pos = hi
+                continue
+            a, b = pos, hi  # kind(a) is current, kind(b) is not
+            while b - a > 1:
+                m = (a + b) // 2
+                a, b = (m, b) if kind(m) == current else (a, m)
+            out.append((lo, a, self.choose(lo)))
+            lo, current, pos = b, kind(b), b  # from b again: another change may lie before hi
         out.append((lo, top, self.choose(lo)))
         return out
 
@@ -326,7 +348,8 @@ class AutoPlan:
         lines = [f"horovod_q8 Auto: {c.ranks} ranks, link alpha {c.alpha * 1e6:.0f} us, "
                  f"ring {c.bandwidth * 8 / 1e9:.2f} Gbit/s, allgather {c.gather_bandwidth * 8 / 1e9:.2f} Gbit/s, "
                  + ("calibration restored from a checkpoint" if self.restored else
-                    f"calibration measured in {c.seconds * 1e3:.0f} ms")]
+                    f"calibration measured in {c.seconds * 1e3:.0f} ms") + "; each path's model x "
+                 + ", ".join(f"{name} {self.fit(name)[1]:.2f}" for name in self.auto.allow)]
         for first, last, ch in self.classes():
             at = last if last < RANGE_TOP else max(first, min(last, 1 << 24))
             preds = ", ".join(f"{name} {self.predict(name, at) * 1e3:.3g} ms" for name in self.auto.allow)
