@@ -204,3 +204,18 @@ def test_compression_must_be_predicted_clearly_faster_than_none():
     assert min(pred, key=pred.get) != "none" or ch.reason == "least predicted time"
     for first, last, c in plan.classes():  # every size in a class gets that class's choice
         assert {plan.choose(m).name for m in (first, (first + last) // 2, last)} == {c.name}
+
+
+def test_above_large_the_line_runs_through_the_huge_point_where_measured():
+    cal = calibration(gbit=10.0)
+    plan = A.AutoPlan(A.Auto(), cal)
+    t_l = dict(cal.large)["fp16"]
+    t_h = t_l + 3 * (plan.model("fp16", A.HUGE) - plan.model("fp16", A.LARGE))  # 3x steeper past LARGE
+    huge = A.AutoPlan(A.Auto(), A.Calibration(cal.ranks, cal.alpha, cal.bandwidth, cal.gather_bandwidth, cal.rates,
+                                              cal.small, cal.large, (("none", dict(cal.large)["none"] * 4),
+                                                                     ("fp16", t_h))))
+    assert huge.predict("fp16", A.LARGE) == pytest.approx(t_l, rel=1e-9)
+    assert huge.predict("fp16", A.HUGE) == pytest.approx(t_h, rel=1e-9)
+    assert huge.predict("fp16", A.LARGE // 2) == pytest.approx(plan.predict("fp16", A.LARGE // 2), rel=1e-9)
+    assert huge.fit("fp16", A.HUGE)[1] == pytest.approx(3.0, rel=1e-6)
+    assert A.Calibration.from_dict(huge.calibration.to_dict()) == huge.calibration

@@ -35,6 +35,10 @@ DEFAULT_ALLOW = ("none", "fp16", "q8")
 # Elements of the two probe sizes. LARGE is a 16 MiB bucket (the fused path's default): a
 # CPU-bound link moves a 4 MiB tensor, which stays in cache, about twice as fast as a 100 MB one.
 SMALL, LARGE = 4096, 1 << 22
+# Horovod's own paths are also timed at HUGE (Horovod's 64 MiB fusion buffer) where the link
+# moves LARGE within HUGE_BELOW_S: fp16's MPI sum of halves slows down past a few MB (2 hosts,
+# Numba: fitted at LARGE, fp16 was predicted at half its 25.6M-element time and chosen over q8).
+HUGE, HUGE_BELOW_S = 1 << 24, 0.06
 CODEC_ELEMENTS = 1 << 22  # elements each codec rate is measured on: enough that threads' start-up does not count
 PROBE_REPEATS = 3
 MARGIN = 0.05  # a format other than none must be predicted this much faster to be chosen
@@ -112,6 +116,7 @@ class Calibration:
     rates: Tuple[Tuple[str, float, float], ...] = ()
     small: Tuple[Tuple[str, float], ...] = ()
     large: Tuple[Tuple[str, float], ...] = ()
+    huge: Tuple[Tuple[str, float], ...] = ()
     seconds: float = field(default=0.0, compare=False)  # what measuring cost on this rank
 
     def rate(self, name: str) -> Tuple[float, float]:
@@ -127,6 +132,7 @@ class Calibration:
         d["rates"] = [list(r) for r in self.rates]
         d["small"] = [list(r) for r in self.small]
         d["large"] = [list(r) for r in self.large]
+        d["huge"] = [list(r) for r in self.huge]
         return d
 
     @staticmethod
@@ -137,6 +143,7 @@ class Calibration:
                                tuple((str(n), float(e), float(c)) for n, e, c in d["rates"]),
                                tuple((str(n), float(t)) for n, t in d["small"]),
                                tuple((str(n), float(t)) for n, t in d["large"]),
+                               tuple((str(n), float(t)) for n, t in d.get("huge", ())),
                                float(d.get("seconds", 0.0)))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"horovod_q8 Auto: not a saved calibration ({e!r})") from None
@@ -212,9 +219,13 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
     small = {name: _best(lambda: probe.send(name, SMALL)) for name in paths}
     # Horovod's own paths at LARGE too (fp16's sum of halves on a CPU is not in the model); the
     # quantized paths' per-element cost is the model's (TensorFlow's eager probe would overstate it 3x)
-    large = {name: _best(lambda: probe.send(name, LARGE), repeats=2) for name in paths if name in cost.UNCOMPRESSED}
+    own = [name for name in paths if name in cost.UNCOMPRESSED]
+    large = {name: _best(lambda: probe.send(name, LARGE), repeats=2) for name in own}
+    huge = {}
+    if max(probe.gather(large["none"])) < HUGE_BELOW_S:  # every rank decides alike
+        huge = {name: _best(lambda: probe.send(name, HUGE), repeats=1) for name in own}
     gathered = _best(lambda: probe.allgather(LARGE), repeats=2)
-    return {"small": small, "large": large, "gather": gathered, "rates": rates,
+    return {"small": small, "large": large, "huge": huge, "gather": gathered, "rates": rates,
             "seconds": time.perf_counter() - t0}
 
 
@@ -224,6 +235,7 @@ def combine(figures: Sequence[dict], ranks: int) -> Calibration:
     p = max(ranks, 2)
     small = {nm: max(f["small"][nm] for f in figures) for nm in figures[0]["small"]}
     large_of = {nm: max(f["large"][nm] for f in figures) for nm in figures[0]["large"]}
+    huge_of = {nm: max(f.get("huge", {})[nm] for f in figures) for nm in figures[0].get("huge", {})}
     large = large_of["none"]
     gathered = max(f["gather"] for f in figures)
     # ring: t(n) = 2 (P-1) alpha + 2 (P-1) / P * 4 n / bandwidth, through the two sizes
@@ -236,7 +248,7 @@ def combine(figures: Sequence[dict], ranks: int) -> Calibration:
     rates = tuple((nm, min(dict((r[0], r[1]) for r in f["rates"])[nm] for f in figures),
                    min(dict((r[0], r[2]) for r in f["rates"])[nm] for f in figures)) for nm in names)
     return Calibration(ranks, alpha, bandwidth, gather_bandwidth, rates, tuple(small.items()),
-                       tuple(large_of.items()), max(f["seconds"] for f in figures))
+                       tuple(large_of.items()), tuple(huge_of.items()), max(f["seconds"] for f in figures))
 
 
 def calibrate(probe: Probe, allow: Sequence[str]) -> Calibration:
@@ -277,26 +289,32 @@ class AutoPlan:
         return cost.allreduce_time(name, n, c.ranks, alpha=c.alpha, bandwidth=bw, encode_rate=enc,
                                    decode_rate=dec)["total"]
 
-    def fit(self, name: str) -> Tuple[float, float]:
-        """(a, k): the model's line for this path moved through its two measured allreduces,
+    def fit(self, name: str, n: int = SMALL) -> Tuple[float, float]:
+        """(a, k): the model's line for this path moved through its measured allreduces around n,
         a + k * model(n): a holds the path's fixed costs (host calls, extra collectives, kernel
         launches), k what the model misses per element (Horovod summing halves element by
-        element on the CPU for fp16, say). Without both measurements: the model as it is."""
-        if name not in self._fit:
-            m_s, m_l = self.model(name, SMALL), self.model(name, LARGE)
-            t_s, t_l = dict(self.calibration.small).get(name), dict(self.calibration.large).get(name)
-            if t_s is None:
-                self._fit[name] = (0.0, 1.0)
-            elif t_l is None or not (m_l > m_s and t_l > t_s):
-                self._fit[name] = (max(0.0, t_s - m_s), 1.0)
+        element on the CPU for fp16, say); above LARGE through the LARGE and HUGE points where
+        both were measured. With one measurement: the model plus its excess."""
+        c = self.calibration
+        points = [(size, dict(ts).get(name)) for size, ts in ((SMALL, c.small), (LARGE, c.large), (HUGE, c.huge))]
+        points = [(size, t) for size, t in points if t is not None]
+        lo = 1 if len(points) == 3 and n > LARGE else 0
+        key = (name, lo)
+        if key not in self._fit:
+            if not points:
+                self._fit[key] = (0.0, 1.0)
+            elif len(points) == 1:
+                self._fit[key] = (max(0.0, points[0][1] - self.model(name, points[0][0])), 1.0)
             else:
-                k = (t_l - t_s) / (m_l - m_s)
-                self._fit[name] = (t_s - k * m_s, k)
-        return self._fit[name]
+                (n0, t0), (n1, t1) = points[lo], points[lo + 1]
+                m0, m1 = self.model(name, n0), self.model(name, n1)
+                k = (t1 - t0) / (m1 - m0) if m1 > m0 and t1 > t0 else 1.0
+                self._fit[key] = (t0 - k * m0, k)
+        return self._fit[key]
 
     def predict(self, name: str, n: int) -> float:
         """Predicted seconds of one allreduce of n elements sent as `name`."""
-        a, k = self.fit(name)
+        a, k = self.fit(name, n)
         return a + k * self.model(name, n)
 
     def choose(self, n: int) -> Choice:
