@@ -39,8 +39,8 @@ SMALL, LARGE = 4096, 1 << 22
 # moves LARGE within HUGE_BELOW_S: fp16's MPI sum of halves slows down past a few MB (2 hosts,
 # Numba: fitted at LARGE, fp16 was predicted at half its 25.6M-element time and chosen over q8).
 HUGE, HUGE_BELOW_S = 1 << 24, 0.06
-CODEC_ELEMENTS = 1 << 22  # elements each codec rate is measured on: enough that threads' start-up does not count
-PROBE_REPEATS = 3
+CODEC_ELEMENTS = 1 << 21  # elements each codec rate is measured on: enough that threads' start-up does not count
+PROBE_REPEATS = 2
 MARGIN = 0.05  # a format other than none must be predicted this much faster to be chosen
 RANGE_TOP = 1 << 30  # the largest bucket `AutoPlan.classes` describes
 
@@ -173,8 +173,9 @@ class Probe:
     sync: Callable[[], None] = lambda: None  # waits for the device (CuPy's kernels are asynchronous)
 
 
-def _best(fn: Callable[[], None], repeats: int = PROBE_REPEATS) -> float:
-    fn()  # the first call pays for buffers and connections
+def _best(fn: Callable[[], None], repeats: int = PROBE_REPEATS, warm: bool = True) -> float:
+    if warm:
+        fn()  # the first call pays for buffers and connections
     best = math.inf
     for _ in range(repeats):
         t = time.perf_counter()
@@ -220,11 +221,11 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
     # Horovod's own paths at LARGE too (fp16's sum of halves on a CPU is not in the model); the
     # quantized paths' per-element cost is the model's (TensorFlow's eager probe would overstate it 3x)
     own = [name for name in paths if name in cost.UNCOMPRESSED]
-    large = {name: _best(lambda: probe.send(name, LARGE), repeats=2) for name in own}
+    large = {name: _best(lambda: probe.send(name, LARGE), repeats=1) for name in own}
     huge = {}
     if max(probe.gather(large["none"])) < HUGE_BELOW_S:  # every rank decides alike
-        huge = {name: _best(lambda: probe.send(name, HUGE), repeats=1) for name in own}
-    gathered = _best(lambda: probe.allgather(LARGE), repeats=2)
+        huge = {name: _best(lambda: probe.send(name, HUGE), repeats=1, warm=False) for name in own}
+    gathered = _best(lambda: probe.allgather(LARGE), repeats=1)
     return {"small": small, "large": large, "huge": huge, "gather": gathered, "rates": rates,
             "seconds": time.perf_counter() - t0}
 
