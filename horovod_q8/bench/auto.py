@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections import Counter
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -115,9 +116,7 @@ def run(args: argparse.Namespace) -> None:
             nbytes[name] = bytes_per_step(shapes, comp, hvd.size(), fusion_bytes=fusion)
         from horovod_q8.collective import policy
         sizes = [sum(policy.numel(shapes[m]) for m in b) for b in policy.plan_buckets(shapes, fusion, 4)]
-        picks: Dict[str, int] = {}
-        for s in sizes:
-            picks[plan.choose(s).name] = picks.get(plan.choose(s).name, 0) + 1
+        picks = Counter(plan.choose(s).name for s in sizes)
         chosen = ", ".join(f"{k} for {v} of {len(sizes)} buckets" for k, v in picks.items())
         table(f"ResNet-50 gradients ({len(shapes)} tensors), the stock hvd.DistributedOptimizer path, "
               f"buckets of {args.fusion_mb:g} MiB", fns, nbytes, chosen)

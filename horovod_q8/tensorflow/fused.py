@@ -55,9 +55,9 @@ class FusedReducer(tf.Module):
         # differentiates, so the state outlives it and two models' tapes never share one.
         self.transient = transient
         self.state = CompressionState()
-        auto = getattr(compression, "auto_state", None) is not None
+        self.auto = getattr(compression, "auto_state", None) is not None  # an AutoCompressor
         self.auto_calibration = tf.Variable("", trainable=False, name="horovod_q8_auto_calibration") \
-            if auto and not transient else None
+            if self.auto and not transient else None
         self._eager_fn = tf.function(self._reduce) if tf.executing_eagerly() else None
 
     def __call__(self, grads, vars=None, use_generic_names=False):
@@ -89,7 +89,7 @@ class FusedReducer(tf.Module):
                                        name=f"{name}.plain{i}")
             shapes = [tuple(grads[i].shape) for i in fused]
             scale = pre * post / (n_ranks if op == hvd.Average else 1)
-            auto = getattr(self.compression, "auto_state", None) is not None
+            auto = self.auto
             by_group = self.compression.level_groups if auto else bool(self.compression.format.level_groups)
             buckets = policy.plan_buckets(shapes, self.fusion_bytes, 4, by_group)
             order = PhaseOrder()  # buckets in the same order on every rank, phases overlapping
@@ -117,13 +117,12 @@ class FusedReducer(tf.Module):
                     out[i] = tf.cast(tf.reshape(part, grads[i].shape), grads[i].dtype)
             return out
 
-
     @tf.autograph.experimental.do_not_convert  # plain Python, run eagerly (init_scope) even while traced
     def _auto_calibrated(self) -> None:
         """Auto: a restored calibration is used; a new one is saved with the optimizer."""
-        state = getattr(self.compression, "auto_state", None)
-        if state is None:
+        if not self.auto:
             return
+        state = self.compression.auto_state
         with tf.init_scope():
             var = self.auto_calibration
             saved = var.numpy().decode() if var is not None else ""

@@ -20,6 +20,8 @@ from horovod_q8.torch.common import make_setting
 
 _LOG = logging.getLogger("horovod_q8")
 _PROBES = itertools.count(1)
+
+
 def settings_of(auto: Auto) -> Dict[str, Any]:
     """format name -> its Setting (None for Horovod's/torch's own none and fp16)."""
     return {a: None if a in ("none", "fp16") else make_setting(a, min_size=auto.min_size, **auto.options_for(a))
