@@ -219,3 +219,42 @@ def test_above_large_the_line_runs_through_the_huge_point_where_measured():
     assert huge.predict("fp16", A.LARGE // 2) == pytest.approx(plan.predict("fp16", A.LARGE // 2), rel=1e-9)
     assert huge.fit("fp16", A.HUGE)[1] == pytest.approx(3.0, rel=1e-6)
     assert A.Calibration.from_dict(huge.calibration.to_dict()) == huge.calibration
+
+
+def _with_huge(cal: A.Calibration, slower: float) -> A.Calibration:
+    """cal with Horovod's own paths timed at HUGE `slower` times per element than at LARGE."""
+    huge = tuple((nm, t * slower * A.HUGE / A.LARGE) for nm, t in cal.large if nm in ("none", "fp16"))
+    return A.Calibration(cal.ranks, cal.alpha, cal.bandwidth, cal.gather_bandwidth, cal.rates,
+                         cal.small, cal.large, huge)
+
+
+def test_in_a_step_horovods_own_paths_cost_their_share_of_the_fused_message(monkeypatch):
+    monkeypatch.delenv(A.FUSION_ENV, raising=False)
+    # a link where a lone 16 MiB bucket goes plain, but a 64 MiB message moves at half the rate
+    cal = _with_huge(calibration(gbit=10.0, q8_rate=1e9, q8_fixed=5e-3), slower=2.0)
+    plan = A.AutoPlan(A.Auto(), cal)
+    n = 4_000_000
+    alone = plan.choose(n)
+    assert alone.name == "none", alone
+    sizes = [n] * 6 + [1_600_000]
+    step = plan.choose_step(sizes)
+    assert [ch.name for ch in step[:6]] == ["q8"] * 6, step
+    fused = min(sum(sizes), A.fusion_elements("none"))
+    assert dict(step[0].predicted)["none"] == pytest.approx(n / fused * plan.predict("none", fused), rel=1e-12)
+    assert dict(step[0].predicted)["q8"] == plan.predict("q8", n)  # its own collective, not fused
+    f16 = min(sum(sizes), A.fusion_elements("fp16"))  # fp16's casts run beside the transfers
+    assert dict(step[0].predicted)["fp16"] == pytest.approx(
+        n / f16 * (plan.predict("fp16", f16) - plan.model("fp16", f16, "codec")), rel=1e-12)
+    assert A.fusion_elements("fp16") == 2 * A.fusion_elements("none") == (64 << 20) // 2
+    assert plan.choose_step([n]) == [alone]  # one bucket: nothing to fuse it with
+    assert "a step of 7 buckets, 25,600,000 elements -> q8 for 6 of 7" in plan.describe_step(sizes)
+    monkeypatch.setenv(A.FUSION_ENV, "0")  # Horovod's fusion off: each bucket alone
+    assert [ch.name for ch in A.AutoPlan(A.Auto(), cal).choose_step(sizes)] == [alone.name] * 6 + [
+        plan.choose(1_600_000).name]
+
+
+def test_probe_values_are_the_same_everywhere_and_normal():
+    x = A.probe_values(3 * A.PATTERN + 5)
+    assert x.dtype == "float32" and x.shape == (3 * A.PATTERN + 5,)
+    assert (x == A.probe_values(x.size)).all() and (x[:A.PATTERN] == x[A.PATTERN:2 * A.PATTERN]).all()
+    assert abs(float(x.std()) - 1) < 0.02 and A.probe_values(0).size == 0

@@ -39,6 +39,8 @@ SMALL, LARGE = 4096, 1 << 22
 # moves LARGE within HUGE_BELOW_S: fp16's MPI sum of halves slows down past a few MB (2 hosts,
 # Numba: fitted at LARGE, fp16 was predicted at half its 25.6M-element time and chosen over q8).
 HUGE, HUGE_BELOW_S = 1 << 24, 0.06
+FUSION_ENV, DEFAULT_FUSION_THRESHOLD = "HOROVOD_FUSION_THRESHOLD", 64 << 20  # Horovod's, in bytes
+PATTERN = 1 << 16  # probe values: a random normal block this long, repeated
 CODEC_ELEMENTS = 1 << 21  # elements each codec rate is measured on: enough that threads' start-up does not count
 PROBE_REPEATS = 2
 MARGIN = 0.05  # a format other than none must be predicted this much faster to be chosen
@@ -173,6 +175,23 @@ class Probe:
     sync: Callable[[], None] = lambda: None  # waits for the device (CuPy's kernels are asynchronous)
 
 
+def probe_values(n: int) -> np.ndarray:
+    """n float32 random normal values (the codec's time depends on them), the same on every rank:
+    one block repeated, since drawing 16M normals would cost the probe 0.25 s by itself."""
+    block = np.random.default_rng(PATTERN).standard_normal(PATTERN).astype(np.float32)
+    return np.resize(block, n)
+
+
+def fusion_elements(name: str) -> int:
+    """Elements Horovod fuses into one message when sent as `name` (none or fp16): its fusion
+    threshold (HOROVOD_FUSION_THRESHOLD, 64 MiB by default) over the bytes per element sent."""
+    try:
+        threshold = int(os.environ.get(FUSION_ENV, DEFAULT_FUSION_THRESHOLD))
+    except ValueError:
+        threshold = DEFAULT_FUSION_THRESHOLD
+    return max(threshold, 0) // (2 if name == "fp16" else 4)
+
+
 def _best(fn: Callable[[], None], repeats: int = PROBE_REPEATS, warm: bool = True) -> float:
     if warm:
         fn()  # the first call pays for buffers and connections
@@ -189,7 +208,7 @@ def codec_rates(names: Sequence[str], fp16_roundtrip: Optional[Callable[[int], N
                 ) -> List[Tuple[str, float, float]]:
     """(name, encode, decode) elements/s of each quantized format (and fp16) on this machine,
     with arrays of `xp` (CuPy: the GPU kernels, `sync` waiting for them)."""
-    x = xp.asarray(np.random.default_rng(0).standard_normal(n).astype(np.float32))
+    x = xp.asarray(probe_values(n))
 
     def timed(fn: Callable[[], object]) -> float:
         return _best(lambda: (fn(), sync()))
@@ -224,7 +243,8 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
     large = {name: _best(lambda: probe.send(name, LARGE), repeats=1) for name in own}
     huge = {}
     if max(probe.gather(large["none"])) < HUGE_BELOW_S:  # every rank decides alike
-        huge = {name: _best(lambda: probe.send(name, HUGE), repeats=1, warm=False) for name in own}
+        # the first 64 MiB allreduce pays for Horovod's and the transport's buffers (2.3x here)
+        huge = {name: _best(lambda: probe.send(name, HUGE), repeats=1, warm=i == 0) for i, name in enumerate(own)}
     gathered = _best(lambda: probe.allgather(LARGE), repeats=1)
     return {"small": small, "large": large, "huge": huge, "gather": gathered, "rates": rates,
             "seconds": time.perf_counter() - t0}
@@ -278,17 +298,17 @@ class AutoPlan:
         self.forced = override()
         if self.forced is not None and self.forced not in auto.allow:
             raise ValueError(f"{OVERRIDE_ENV}={self.forced!r} is not among this Auto's allow={list(auto.allow)}")
-        self._cache: Dict[int, Choice] = {}
+        self._cache: Dict[Tuple[int, int], Choice] = {}
         self._fit: Dict[str, Tuple[float, float]] = {}
 
-    def model(self, name: str, n: int) -> float:
+    def model(self, name: str, n: int, part: str = "total") -> float:
         """Seconds for one allreduce of n float32 elements sent as `name`: the cost model's
-        alpha-beta and codec terms from the calibration."""
+        alpha-beta and codec terms from the calibration (`part`: one of them)."""
         c = self.calibration
         enc, dec = c.rate(name)
         bw = c.bandwidth if name in cost.UNCOMPRESSED else c.gather_bandwidth
         return cost.allreduce_time(name, n, c.ranks, alpha=c.alpha, bandwidth=bw, encode_rate=enc,
-                                   decode_rate=dec)["total"]
+                                   decode_rate=dec)[part]
 
     def fit(self, name: str, n: int = SMALL) -> Tuple[float, float]:
         """(a, k): the model's line for this path moved through its measured allreduces around n,
@@ -313,20 +333,36 @@ class AutoPlan:
                 self._fit[key] = (t0 - k * m0, k)
         return self._fit[key]
 
-    def predict(self, name: str, n: int) -> float:
-        """Predicted seconds of one allreduce of n elements sent as `name`."""
+    def predict(self, name: str, n: int, step: int = 0) -> float:
+        """Predicted seconds of one allreduce of n elements sent as `name`; within a step of
+        `step` elements reduced together, Horovod's own paths (none, fp16) cost their share of
+        the message Horovod fuses them into (up to its fusion threshold): on a CPU-bound link a
+        64 MiB message moves at half the rate per element of a 16 MiB one. fp16's casts, one op
+        per tensor, then run beside the other tensors' transfers (a step of ResNet-50's
+        gradients took 116 ms where one 16M-element tensor took 192), so they do not count."""
+        if name in cost.UNCOMPRESSED:
+            fused = min(step, fusion_elements(name))
+            if fused > n:
+                moved = self.predict(name, fused) - self.model(name, fused, "codec")
+                return n / fused * max(moved, self.model(name, fused) - self.model(name, fused, "codec"))
         a, k = self.fit(name, n)
         return a + k * self.model(name, n)
 
-    def choose(self, n: int) -> Choice:
-        n = int(n)
-        if n not in self._cache:
-            self._cache[n] = self._choose(n)
-        return self._cache[n]
+    def choose(self, n: int, step: int = 0) -> Choice:
+        """The format for a bucket of n elements (alone, or within a step of `step` elements)."""
+        key = (int(n), int(step))
+        if key not in self._cache:
+            self._cache[key] = self._choose(*key)
+        return self._cache[key]
 
-    def _choose(self, n: int) -> Choice:
+    def choose_step(self, sizes: Sequence[int]) -> List[Choice]:
+        """Each bucket's format, for buckets reduced together in one step."""
+        step = sum(int(n) for n in sizes)
+        return [self.choose(n, step) for n in sizes]
+
+    def _choose(self, n: int, step: int = 0) -> Choice:
         allow = self.auto.allow
-        predicted = tuple((a, self.predict(a, n)) for a in allow)
+        predicted = tuple((a, self.predict(a, n, step)) for a in allow)
         if n < max(self.auto.min_size, 1):
             plain = "none" if "none" in allow else allow[0]
             return Choice(n, plain, predicted, f"fewer than min_size={self.auto.min_size} elements")
@@ -376,6 +412,21 @@ class AutoPlan:
                          f"at {at:,}: {preds})")
         return lines
 
+    def describe_step(self, sizes: Sequence[int]) -> str:
+        """One line for a step's buckets: what each format was chosen for, with the largest
+        bucket's predictions (Horovod's own paths as their share of its fused message)."""
+        choices = self.choose_step(sizes)
+        if not choices:
+            return "horovod_q8 Auto: a step of no buckets"
+        picks: Dict[str, int] = {}
+        for ch in choices:
+            picks[ch.name] = picks.get(ch.name, 0) + 1
+        big = max(choices, key=lambda ch: ch.n)
+        preds = ", ".join(f"{name} {t * 1e3:.3g} ms" for name, t in big.predicted)
+        return (f"horovod_q8 Auto: a step of {len(choices)} buckets, {sum(sizes):,} elements -> "
+                + ", ".join(f"{name} for {k} of {len(choices)}" for name, k in picks.items())
+                + f" (at {big.n:,}: {preds})")
+
     def fingerprint(self) -> dict:
         return {"auto": self.auto.fingerprint(), "calibration": self.calibration.digest(),
                 "classes": [[a, b, ch.name] for a, b, ch in self.classes()]}
@@ -389,6 +440,7 @@ class AutoState:
         self.auto = auto
         self.plan: Optional[AutoPlan] = None
         self.loaded: Optional[Calibration] = None
+        self.logged: set = set()  # the steps whose choices were logged under this plan
 
     def ensure(self, probe: Callable[[], Probe], agree: Callable[[object, str], None],
                log: Optional[Callable[[str], None]] = None) -> AutoPlan:
@@ -412,6 +464,7 @@ class AutoState:
     def recalibrate(self) -> None:
         """Measure again at the next use (call it on every rank, at the same point)."""
         self.plan, self.loaded = None, None
+        self.logged.clear()
 
     def state_dict(self) -> dict:
         c = self.plan.calibration if self.plan is not None else self.loaded

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from horovod_q8.collective import policy
-from horovod_q8.collective.auto import DEFAULT_ALLOW, AutoCompressorBase, AutoPlan, Probe, make_auto
+from horovod_q8.collective.auto import DEFAULT_ALLOW, AutoCompressorBase, AutoPlan, Probe, make_auto, probe_values
 from horovod_q8.tensorflow.compressor import AGREEMENTS, _gather, agree, compressor
 
 _LOG = logging.getLogger("horovod_q8")
@@ -32,7 +32,7 @@ def probe(compressors: Dict[str, Any]) -> Probe:
 
     def values(n: int, dtype) -> tf.Tensor:
         if (n, dtype) not in cache:
-            x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+            x = probe_values(n)
             cache[(n, dtype)] = tf.constant(x.view(np.uint8)[:n] if dtype == tf.uint8 else x)
         return cache[(n, dtype)]
 
@@ -123,10 +123,16 @@ class AutoCompressor(AutoCompressorBase):
         return comp.decompress(tensor, inner)
 
     @_python
-    def for_bucket(self, n: int, group: str = "other"):
-        """The compressor chosen for a bucket of n elements (Horovod's own for none and fp16)."""
-        del group  # the format's layer group is resolved by the caller's request
-        return self.compressors[self.choose(n)]
+    def for_step(self, sizes: Sequence[int], label: str = "") -> list:
+        """The compressor chosen for each of a step's buckets of these sizes (Horovod's own for
+        none and fp16); with a label, rank 0 logs the step's choices once per label and sizes."""
+        plan = self.plan()
+        choices = plan.choose_step(sizes)
+        key = (label, tuple(sizes))
+        if label and key not in self.auto_state.logged:
+            self.auto_state.logged.add(key)
+            _log(f"{plan.describe_step(sizes)} [{label}]")
+        return [self.compressors[ch.name] for ch in choices]
 
 
 

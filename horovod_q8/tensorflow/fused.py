@@ -92,11 +92,12 @@ class FusedReducer(tf.Module):
             auto = self.auto
             by_group = self.compression.level_groups if auto else bool(self.compression.format.level_groups)
             buckets = policy.plan_buckets(shapes, self.fusion_bytes, 4, by_group)
+            sizes = [sum(policy.numel(shapes[m]) for m in members) for members in buckets]
+            chosen = self.compression.for_step(sizes, self.prefix) if auto and n_ranks > 1 \
+                else [self.compression] * len(buckets)
             order = PhaseOrder()  # buckets in the same order on every rank, phases overlapping
-            for b, members in enumerate(buckets):
+            for b, (members, n, comp) in enumerate(zip(buckets, sizes, chosen)):
                 idx = [fused[m] for m in members]
-                n = sum(policy.numel(grads[i].shape) for i in idx)
-                comp = self.compression.for_bucket(n) if auto and n_ranks > 1 else self.compression
                 if not isinstance(comp, Q8Compressor):  # Auto chose Horovod's none or fp16: its own path
                     for i in idx:  # per tensor, as Horovod's reducer: Horovod fuses them in its buffer
                         out[i] = hvd.allreduce(grads[i], op=op, prescale_factor=pre, postscale_factor=post,

@@ -20,7 +20,8 @@ def bytes_per_step(shapes: Iterable[tuple], compression, ranks: int, fused: bool
         groups = policy.plan_buckets(shapes, fusion_bytes, 4, compression.level_groups) if fused \
             else [[i] for i in range(len(shapes))]
         sizes = [sum(policy.numel(shapes[m]) for m in members) for members in groups]
-        return sum(bytes_per_step([(n,)], compression.for_bucket(n), ranks, fused, fusion_bytes) for n in sizes)
+        chosen = compression.for_step(sizes) if fused else [compression.compressors[compression.choose(n)] for n in sizes]
+        return sum(bytes_per_step([(n,)], comp, ranks, fused, fusion_bytes) for n, comp in zip(sizes, chosen))
     if not isinstance(compression, Q8Compressor):
         compression = "fp16" if compression is hvd.Compression.fp16 else "none"
     return policy.bytes_per_step(list(shapes), compression, ranks, fused, fusion_bytes)

@@ -14,7 +14,8 @@ from typing import Any, Dict, Sequence
 import numpy as np
 import torch
 
-from horovod_q8.collective.auto import DEFAULT_ALLOW, Auto, AutoCompressorBase, AutoPlan, Probe, make_auto
+from horovod_q8.collective.auto import (DEFAULT_ALLOW, Auto, AutoCompressorBase, AutoPlan, Probe, make_auto,
+                                        probe_values)
 from horovod_q8.torch import hvd_agreement
 from horovod_q8.torch.common import make_setting
 
@@ -36,7 +37,7 @@ def _tensor_probe(ranks: int, send, allgather, gather, device: torch.device = to
 
     def values(n: int, dtype) -> torch.Tensor:
         if (n, dtype) not in cache:
-            x = torch.from_numpy(np.random.default_rng(n).standard_normal(n).astype(np.float32))
+            x = torch.from_numpy(probe_values(n))
             cache[(n, dtype)] = (x.view(torch.uint8)[:n].clone() if dtype == torch.uint8 else x).to(device)
         return cache[(n, dtype)]
 
