@@ -96,12 +96,11 @@ class FusedReducer(tf.Module):
             chosen = self.compression.for_step(sizes, self.prefix) if auto and n_ranks > 1 \
                 else [self.compression] * len(buckets)
             order = PhaseOrder()  # buckets in the same order on every rank, phases overlapping
+            own = {}  # gradient index -> Horovod's compressor, where Auto chose Horovod's none or fp16
             for b, (members, n, comp) in enumerate(zip(buckets, sizes, chosen)):
                 idx = [fused[m] for m in members]
-                if not isinstance(comp, Q8Compressor):  # Auto chose Horovod's none or fp16: its own path
-                    for i in idx:  # per tensor, as Horovod's reducer: Horovod fuses them in its buffer
-                        out[i] = hvd.allreduce(grads[i], op=op, prescale_factor=pre, postscale_factor=post,
-                                               compression=comp, name=f"{name}.auto{i}")
+                if not isinstance(comp, Q8Compressor):
+                    own.update((i, comp) for i in idx)
                     continue
                 flat = tf.concat([C.as_flat_float32(grads[i]) for i in idx], axis=0)
                 group = policy.bucket_group(comp, shapes, members)
@@ -116,6 +115,9 @@ class FusedReducer(tf.Module):
                 parts = tf.split(total, [policy.numel(grads[i].shape) for i in idx])
                 for i, part in zip(idx, parts):
                     out[i] = tf.cast(tf.reshape(part, grads[i].shape), grads[i].dtype)
+            for i in sorted(own):  # per tensor in the model's order, as Horovod's reducer: Horovod fuses them
+                out[i] = hvd.allreduce(grads[i], op=op, prescale_factor=pre, postscale_factor=post,
+                                       compression=own[i], name=f"{name}.auto{i}")
             return out
 
     @tf.autograph.experimental.do_not_convert  # plain Python, run eagerly (init_scope) even while traced
