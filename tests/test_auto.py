@@ -232,22 +232,28 @@ def test_in_a_step_horovods_own_paths_cost_their_share_of_the_fused_message(monk
     monkeypatch.delenv(A.FUSION_ENV, raising=False)
     # a link where a lone 16 MiB bucket goes plain, but a 64 MiB message moves at half the rate
     cal = _with_huge(calibration(gbit=10.0, q8_rate=1e9, q8_fixed=5e-3), slower=2.0)
-    plan = A.AutoPlan(A.Auto(), cal)
+    plan = A.AutoPlan(A.Auto(("none", "q8")), cal)
     n = 4_000_000
     alone = plan.choose(n)
     assert alone.name == "none", alone
     sizes = [n] * 6 + [1_600_000]
     step = plan.choose_step(sizes)
     assert [ch.name for ch in step[:6]] == ["q8"] * 6, step
+    assert "a step of 7 buckets, 25,600,000 elements -> q8 for 6 of 7" in plan.describe_step(sizes)
+    plan = A.AutoPlan(A.Auto(), cal)  # fp16 allowed too: its casts hide, so it wins here
+    assert plan.choose(n).name == "none"
+    step = plan.choose_step(sizes)
+    assert [ch.name for ch in step[:6]] == ["fp16"] * 6, step
     fused = min(sum(sizes), A.fusion_elements("none"))
     assert dict(step[0].predicted)["none"] == pytest.approx(n / fused * plan.predict("none", fused), rel=1e-12)
     assert dict(step[0].predicted)["q8"] == plan.predict("q8", n)  # its own collective, not fused
     f16 = min(sum(sizes), A.fusion_elements("fp16"))  # fp16's casts run beside the transfers
+    a, k = plan.fit("fp16", f16)
     assert dict(step[0].predicted)["fp16"] == pytest.approx(
-        n / f16 * (plan.predict("fp16", f16) - plan.model("fp16", f16, "codec")), rel=1e-12)
+        n / f16 * (a + k * (plan.model("fp16", f16) - plan.model("fp16", f16, "codec"))), rel=1e-12)
+    assert dict(step[0].predicted)["fp16"] < n / f16 * plan.predict("fp16", f16)
     assert A.fusion_elements("fp16") == 2 * A.fusion_elements("none") == (64 << 20) // 2
-    assert plan.choose_step([n]) == [alone]  # one bucket: nothing to fuse it with
-    assert "a step of 7 buckets, 25,600,000 elements -> q8 for 6 of 7" in plan.describe_step(sizes)
+    assert plan.choose_step([n]) == [plan.choose(n)]  # one bucket: nothing to fuse it with
     monkeypatch.setenv(A.FUSION_ENV, "0")  # Horovod's fusion off: each bucket alone
     assert [ch.name for ch in A.AutoPlan(A.Auto(), cal).choose_step(sizes)] == [alone.name] * 6 + [
         plan.choose(1_600_000).name]
