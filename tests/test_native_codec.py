@@ -73,6 +73,40 @@ def test_every_float_in_the_unit_interval_4bit_avx2():
     every_unit_float("q4", native.encode4, native.avx2_q4("q4"), width=4)
 
 
+def near_mids(name: str, bits: int, scale: np.float32, rng: np.random.Generator) -> np.ndarray:
+    """One block whose absmax is `scale`: every mid of the table times the scale and the floats
+    within 3 ulps of it, both signs, then random normals (scaled) and subnormals."""
+    mids = codebooks.tables(name, bits).mids
+    mids = np.abs(mids[np.isfinite(mids)]).astype(np.float32)
+    at = (mids.astype(np.float64) * float(scale)).astype(np.float32)
+    near = (at.view(np.int32)[:, None] + np.arange(-3, 4, dtype=np.int32)).ravel().view(np.float32)
+    near = near[np.isfinite(near) & (np.abs(near) <= scale)]
+    noise = (rng.standard_normal(4096) * 0.3).clip(-1, 1).astype(np.float32) * scale
+    tiny = rng.integers(1, 1 << 23, 64, dtype=np.int32).view(np.float32)
+    return np.concatenate([[scale], near, -near, noise, tiny, -tiny]).astype(np.float32)
+
+
+@avx2
+@pytest.mark.parametrize("name", AVX2_8)
+def test_avx2_codes_at_any_scale_match_the_search(name):
+    """Blocks of every scale, from subnormal-adjacent to 2**127, give the Numba search's codes at
+    every mid of the table times the scale and within 3 ulps of it (the unit-interval test only
+    divides by 1)."""
+    rng = np.random.default_rng(5)
+    T = native.avx2_tables(name)
+    scales = [2.0 ** e for e in (-126, -80, -61, -60, -59, -30, 0, 1, 99, 100, 101, 127)]
+    scales += list(np.exp2(rng.uniform(-70, 110, 200)))
+    for s in scales:
+        s = np.float32(s)
+        for scale in (s, np.nextafter(s, np.float32(np.inf)), np.nextafter(s, np.float32(0))):
+            x = near_mids(name, 8, np.float32(scale), rng)
+            got = np.empty(4 + x.size, np.uint8)
+            native.encode8(x, x.size, x.size, got[:4].view(np.uint32), got[4:], T, 1)
+            want = numba_codes(x, name)
+            bad = np.flatnonzero(got[4:] != want)
+            assert bad.size == 0, f"{name}, scale {scale!r}: {bad.size} codes differ, first at {x[bad[0]]!r}"
+
+
 def test_avx2_q4_takes_at_most_two_mids_per_binade(monkeypatch):
     """The AVX2 4-bit encoder looks up two mids by binade: a table with three in one is Numba's."""
     t = codebooks.tables("q4", 4)
