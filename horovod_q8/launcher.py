@@ -12,6 +12,7 @@ shell-quoted (with `$'...'` when they hold control characters, so a multi-line
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import subprocess
@@ -24,6 +25,7 @@ from string import Template
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from horovod_q8.errors import UserError
+from horovod_q8.startup import MALLOC_TUNABLES, malloc_huge_pages
 
 TEMPLATES = ("horovodrun_gloo.sh", "horovodrun_mpi.sh", "mpirun_ompi4_ib.sh", "mpirun_ompi5_ucx.sh",
              "slurm_srun.sbatch", "slurm_mpirun.sbatch", "hostfile")
@@ -271,6 +273,8 @@ def values_from_args(args: argparse.Namespace) -> Dict[str, Optional[str]]:
     nodes = args.nodes or len(hosts) or None
     np_ = len(named) * gpus if hosts and gpus else (nodes * gpus if nodes and gpus else None)
     env = _env(args.env)
+    if MALLOC_TUNABLES not in {k for k, _ in env}:  # `--env GLIBC_TUNABLES=` keeps glibc's defaults
+        env.append([MALLOC_TUNABLES, malloc_huge_pages(os.environ.get(MALLOC_TUNABLES, ""))])
     iface = one_line("--iface", args.iface) if args.iface else None
     ib_device = one_line("--ib-device", args.ib_device) if args.ib_device else None
     return {

@@ -126,3 +126,21 @@ def test_rendered_local_launch_trains(template, extra, tmp_path):
     assert proc.returncode == 0, out[-4000:]
     assert "SUMMARY compression=q8 fused=True ranks=2" in out, out[-4000:]
 
+
+@pytest.mark.parametrize("template", [t for t in launcher.TEMPLATES if t in launcher.templates_taking("--env")])
+def test_ranks_get_mallocs_huge_pages_unless_told_otherwise(template, monkeypatch):
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    text = render(template)
+    assert "GLIBC_TUNABLES=glibc.malloc.hugetlb=1" in text and "MSG=" in text, text
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=4")
+    assert "GLIBC_TUNABLES=glibc.malloc.arena_max=4:glibc.malloc.hugetlb=1" in render(template)
+    mine = render(template, full(template) + ["--env", "GLIBC_TUNABLES="])  # the user's own value, even empty
+    assert "hugetlb" not in mine and "GLIBC_TUNABLES=" in mine, mine
+
+
+def test_malloc_huge_pages_adds_to_the_tunables_given():
+    from horovod_q8.startup import malloc_huge_pages
+    assert malloc_huge_pages("") == "glibc.malloc.hugetlb=1"
+    assert malloc_huge_pages("glibc.malloc.arena_max=4") == "glibc.malloc.arena_max=4:glibc.malloc.hugetlb=1"
+    assert malloc_huge_pages("glibc.malloc.hugetlb=0") == "glibc.malloc.hugetlb=0"
+

@@ -15,6 +15,7 @@ from typing import IO, Dict, List, Optional, Sequence
 
 from horovod_q8.cluster.netns import HOST_IFACE, Cluster, ClusterError
 from horovod_q8.cores import share, usable_cores
+from horovod_q8.startup import MALLOC_TUNABLES, malloc_huge_pages
 
 # OpenMPI's tuned ring allreduce: its default choice took twice as long on these links. The
 # compressed schedule's collectives: a ring allgatherv (a Sendrecv ring moved 0.90 Gbit/s per
@@ -27,7 +28,7 @@ RING_ALLREDUCE = {"coll_tuned_use_dynamic_rules": "1", "coll_tuned_allreduce_alg
 # message at once moved 0.48 Gbit/s each way instead of 0.9 (docs/launch.md, "Collectives").
 TCP_FLAGS = "send,inplace,need-ack,need-csum"
 FORWARDED_PREFIXES = ("HOROVOD_", "TF_", "OMP_", "NUMBA_", "PYTHON", "HQ8_")
-FORWARDED = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "HOME")
+FORWARDED = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "HOME", MALLOC_TUNABLES)
 
 
 def core_groups(hosts: int, cores: Sequence[int]) -> List[str]:
@@ -68,6 +69,7 @@ def job_environment(processes: int) -> dict:
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env[MALLOC_TUNABLES] = malloc_huge_pages(env.get(MALLOC_TUNABLES, ""))
     return env
 
 
