@@ -60,7 +60,9 @@ def run(args: argparse.Namespace) -> None:
     from horovod_q8.bench.allreduce import optimizer_reducer, resnet50_shapes
     from horovod_q8.bench.breakdown import slowest_per_round
     from horovod_q8.bench.common import machine, readback, rounds
+    from horovod_q8.collective.auto import SMALL
     from horovod_q8.tensorflow import compressor
+    from horovod_q8.tensorflow.auto import probe
     from horovod_q8.tensorflow.traffic import bytes_per_step
 
     hvd.init()
@@ -76,13 +78,21 @@ def run(args: argparse.Namespace) -> None:
                              name=f"bench.auto.calibration.{label}").numpy()
         return plan, took
 
-    _, first = calibrated("first")  # first use: kernels loaded, connections made, as in a job's first step
+    # each allowed path's first use (kernels loaded, connections made): what a run's first step
+    # pays for the format it sends, with Auto or without
+    t0 = time.perf_counter()
+    first_use = probe(auto.compressors)
+    for name in auto.allow:
+        first_use.send(name, SMALL)
+    opened = hvd.allreduce(tf.constant(time.perf_counter() - t0, tf.float64), op=hvd.Max,
+                           name="bench.auto.first_use").numpy()
+    _, first = calibrated("first")
     auto.recalibrate()
-    plan, again = calibrated("again")  # what calibrating costs by itself
+    plan, again = calibrated("again")  # with every buffer and connection of the probes warm
     if rank0:
         print(f"# Auto benchmark: {hvd.size()} ranks, {machine()}; codec kernels: {kernels()}\n")
-        print(f"Auto may choose {allow}; calibration took {first * 1e3:.0f} ms at first use "
-              f"(slowest rank); measured again once warm: {again * 1e3:.0f} ms "
+        print(f"Auto may choose {allow}; calibration took {first * 1e3:.0f} ms after the paths' first use "
+              f"({opened * 1e3:.0f} ms, slowest rank); measured again once warm: {again * 1e3:.0f} ms "
               f"(measuring {plan.calibration.seconds * 1e3:.0f} ms)\n")
         print("\n".join("    " + line for line in plan.describe()) + "\n", flush=True)
 

@@ -38,6 +38,8 @@ def parse(text: str) -> Dict[str, object]:
     out["allow"], out["calibration_ms"] = ast.literal_eval(m.group(1)), float(m.group(2))
     again = re.search(r"measured again once warm: (\d+) ms", text)
     out["recalibration_ms"] = float(again.group(1)) if again else None
+    opened = re.search(r"after the paths' first use \((\d+) ms", text)
+    out["first_use_ms"] = float(opened.group(1)) if opened else None
     k = re.search(r"codec kernels: (.*)", text)
     out["kernels"] = k.group(1).strip() if k else "?"
     for block in text.split("\n## ")[1:]:
@@ -66,8 +68,8 @@ def rows(logs: Dict[str, Dict[str, object]], fixed: List[str]) -> List[List[obje
             workload = "ResNet-50" if t["title"].startswith("ResNet") else "one tensor"
             table.append([LINKS.get(link, link), kernels, workload, *[ms.get(f, "") for f in fixed], ms["auto"],
                           t["chose"], f"{best} {vs_best * 100:+.1f}%", f"{vs_none * 100:+.1f}%",
-                          f"{log['calibration_ms']:.0f}" + (f" / {log['recalibration_ms']:.0f}"
-                                                            if log["recalibration_ms"] is not None else ""),
+                          " / ".join(f"{log[k]:.0f}" for k in ("first_use_ms", "calibration_ms", "recalibration_ms")
+                                     if log.get(k) is not None),
                           "yes" if ok else "NO"])
     return table
 
@@ -109,7 +111,7 @@ def main(argv: Optional[list] = None) -> None:
     logs = {f.stem: parse(f.read_text()) for f in sorted(Path(args.logs).glob("*.log"))}
     table = rows(logs, fixed)
     text = markdown(["link", "kernels", "workload", *[f"{f} ms" for f in fixed], "auto ms", "Auto chose",
-                     "auto vs fastest allowed", "auto vs none", "calibration ms (first use / warm)", "targets"], table)
+                     "auto vs fastest allowed", "auto vs none", "ms: paths' first use / calibration / again warm", "targets"], table)
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(text + "\n")
