@@ -338,15 +338,15 @@ class AutoPlan:
         `step` elements reduced together, Horovod's own paths (none, fp16) cost their share of
         the message Horovod fuses them into (up to its fusion threshold): on a CPU-bound link a
         64 MiB message moves at half the rate per element of a 16 MiB one. fp16's casts, one op
-        per tensor, then run beside the other tensors' transfers, so their share of the fitted
-        line does not count (2 unshaped hosts, Numba: ResNet-50's step with fp16 took 19.5 ms
-        per 4M-element bucket, the line 52 ms with its casts and 19.7 without)."""
+        per tensor, then run beside the other tensors' transfers, so the time they take at the
+        measured rate does not count. (Leaving out their share of the fitted line instead, its
+        factor that of Gloo's slow sum of halves, chose fp16 on 2 loopback ranks where it was
+        2.7x slower than none.)"""
         if name in cost.UNCOMPRESSED:
             fused = min(step, fusion_elements(name))
             if fused > n:
-                a, k = self.fit(name, fused)
-                moved = self.model(name, fused) - self.model(name, fused, "codec")
-                return n / fused * max(a + k * moved, moved)
+                moved = self.predict(name, fused) - self.model(name, fused, "codec")
+                return n / fused * max(moved, self.model(name, fused) - self.model(name, fused, "codec"))
         a, k = self.fit(name, n)
         return a + k * self.model(name, n)
 
