@@ -253,7 +253,9 @@ def test_in_a_step_horovods_own_paths_cost_their_share_of_the_fused_message(monk
     assert dict(step[0].predicted)["fp16"] < n / f16 * plan.predict("fp16", f16)
     assert A.fusion_elements("fp16") == 2 * A.fusion_elements("none") == (64 << 20) // 2
     assert plan.choose_step([n]) == [plan.choose(n)]  # one bucket: nothing to fuse it with
+    before = plan.fingerprint()
     monkeypatch.setenv(A.FUSION_ENV, "0")  # Horovod's fusion off: each bucket alone
+    assert A.AutoPlan(A.Auto(), cal).fingerprint() != before  # ranks that differ here are stopped
     assert [ch.name for ch in A.AutoPlan(A.Auto(), cal).choose_step(sizes)] == [alone.name] * 6 + [
         plan.choose(1_600_000).name]
 

@@ -430,8 +430,11 @@ class AutoPlan:
                 + f" (at {big.n:,}: {preds})")
 
     def fingerprint(self) -> dict:
+        """What every rank must hold alike: the setting, the calibration, the choices by size and
+        Horovod's fusion threshold (a step's choices depend on it)."""
         return {"auto": self.auto.fingerprint(), "calibration": self.calibration.digest(),
-                "classes": [[a, b, ch.name] for a, b, ch in self.classes()]}
+                "classes": [[a, b, ch.name] for a, b, ch in self.classes()],
+                "fusion_elements": fusion_elements("none")}
 
 
 class AutoState:
