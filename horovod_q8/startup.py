@@ -29,7 +29,6 @@ def check_world_size(horovod_size: int, env: Mapping[str, str] = os.environ) -> 
         "Also check that every process uses the same Horovod controller (Gloo or MPI).")
 
 
-
 MALLOC_TUNABLES = "GLIBC_TUNABLES"
 HUGE_PAGES = "glibc.malloc.hugetlb=1"
 

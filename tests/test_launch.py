@@ -143,4 +143,3 @@ def test_malloc_huge_pages_adds_to_the_tunables_given():
     assert malloc_huge_pages("") == "glibc.malloc.hugetlb=1"
     assert malloc_huge_pages("glibc.malloc.arena_max=4") == "glibc.malloc.arena_max=4:glibc.malloc.hugetlb=1"
     assert malloc_huge_pages("glibc.malloc.hugetlb=0") == "glibc.malloc.hugetlb=0"
-

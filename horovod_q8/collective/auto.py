@@ -17,6 +17,7 @@ import json
 import math
 import os
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -345,8 +346,8 @@ class AutoPlan:
         if name in cost.UNCOMPRESSED:
             fused = min(step, fusion_elements(name))
             if fused > n:
-                moved = self.predict(name, fused) - self.model(name, fused, "codec")
-                return n / fused * max(moved, self.model(name, fused) - self.model(name, fused, "codec"))
+                moved = max(self.predict(name, fused), self.model(name, fused)) - self.model(name, fused, "codec")
+                return n / fused * moved
         a, k = self.fit(name, n)
         return a + k * self.model(name, n)
 
@@ -420,9 +421,7 @@ class AutoPlan:
         choices = self.choose_step(sizes)
         if not choices:
             return "horovod_q8 Auto: a step of no buckets"
-        picks: Dict[str, int] = {}
-        for ch in choices:
-            picks[ch.name] = picks.get(ch.name, 0) + 1
+        picks = Counter(ch.name for ch in choices)
         big = max(choices, key=lambda ch: ch.n)
         preds = ", ".join(f"{name} {t * 1e3:.3g} ms" for name, t in big.predicted)
         return (f"horovod_q8 Auto: a step of {len(choices)} buckets, {sum(sizes):,} elements -> "

@@ -135,8 +135,6 @@ class AutoCompressor(AutoCompressorBase):
         return [self.compressors[ch.name] for ch in choices]
 
 
-
-
 def _alone(statement: Any, label: str) -> None:
     del statement, label  # one rank agrees with itself
 
