@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from horovod_q8.bench.common import readback, round_ratios, rounds
+from horovod_q8.bench.common import markdown, ratio_range, readback, round_ratios, rounds
+
+
+def test_a_ratio_range_is_rounded_as_the_median_beside_it():
+    """A round's lowest ratio equal to the median prints as the same number in both cells."""
+    lo = 0.6468
+    median_cell = markdown(["r"], [[lo]]).splitlines()[-1].strip("| ")
+    assert median_cell == "0.647" and ratio_range(lo, 0.7) == "0.647-0.7"
+    assert ratio_range(1.8467, 2.6705) == "1.85-2.67"
 
 
 def test_every_fn_once_per_round_after_a_warm_up_in_rotating_order():

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> None:
     import tensorflow as tf
 
     from horovod_q8.bench.breakdown import slowest_per_round
-    from horovod_q8.bench.common import machine, markdown, readback, round_ratios, rounds
+    from horovod_q8.bench.common import machine, markdown, ratio_range, readback, round_ratios, rounds
     from horovod_q8.tensorflow import compressor
     from horovod_q8.tensorflow.traffic import bytes_per_step
 
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> None:
             return
         vs32, vs16 = round_ratios(times, "none"), round_ratios(times, "fp16")
         rows = [[name, float(np.median(ts)) * 1e3, nbytes[name] / 1e6, vs32.get(name, ("",))[0],
-                 vs16.get(name, ("",))[0], "%.2f-%.2f" % vs16[name][1:] if name in vs16 else ""]
+                 vs16.get(name, ("",))[0], ratio_range(*vs16[name][1:]) if name in vs16 else ""]
                 for name, ts in times.items()]
         print(f"## {title}\n\n" + markdown(["compression", "ms", "MB sent/rank", "speedup vs fp32",
                                            "speedup vs fp16", "vs fp16, range over rounds"], rows)

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from horovod_q8.bench.common import markdown, round_ratios
+from horovod_q8.bench.common import markdown, ratio_range, round_ratios
 
 FIXED = "none,fp16,q8,q4"
 
@@ -49,7 +49,7 @@ def verdict(times: Dict[str, List[float]], allow: List[str]) -> List[List[object
             continue
         ratio, lo, hi = round_ratios(times, base)["auto"]
         rows.append([f"auto vs {base}" + (" (fastest allowed)" if base == best else ""),
-                     ratio, f"{lo:.2f}-{hi:.2f}", f"{(1 / ratio - 1) * 100:+.1f}%"])
+                     ratio, ratio_range(lo, hi), f"{(1 / ratio - 1) * 100:+.1f}%"])
     return rows
 
 

@@ -82,11 +82,20 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, Python {platform.python_version()}"
 
 
+def number(v: float) -> str:
+    """A figure as the tables print it: 3 significant digits, whole numbers from 1000."""
+    return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+
+
+def ratio_range(lo: float, hi: float) -> str:
+    """A range of ratios, rounded as the median beside it (else a printed median of 0.647 could
+    fall outside a range printed from 0.65)."""
+    return f"{number(lo)}-{number(hi)}"
+
+
 def markdown(header: Sequence[str], rows: List[Sequence[object]]) -> str:
     def fmt(v):
-        if isinstance(v, float):
-            return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
-        return str(v)
+        return number(v) if isinstance(v, float) else str(v)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
