@@ -69,7 +69,7 @@ def test_bench_allreduce_prints_round_ratios_at_two_ranks():
     assert set(rows) == {"none", "fp16", "q8", "q8/p8192"}, out[-4000:]
     assert all(len(v) == 2 for v in rows.values())  # the breakdown's table and the size's
     breakdown_fp16, sizes_fp16 = rows["fp16"]
-    assert breakdown_fp16[-3:] == ["1", "1", "1"] and sizes_fp16[-1] == "1.00-1.00"
+    assert breakdown_fp16[-3:] == ["1", "1", "1"] and sizes_fp16[-1] == "1-1"
     for label in ("none", "q8", "q8/p8192"):
         breakdown, sizes = rows[label]
         low, mid, high = float(breakdown[-2]), float(breakdown[-3]), float(breakdown[-1])
