@@ -265,3 +265,42 @@ def test_probe_values_are_the_same_everywhere_and_normal():
     assert x.dtype == "float32" and x.shape == (3 * A.PATTERN + 5,)
     assert (x == A.probe_values(x.size)).all() and (x[:A.PATTERN] == x[A.PATTERN:2 * A.PATTERN]).all()
     assert abs(float(x.std()) - 1) < 0.02 and A.probe_values(0).size == 0
+
+
+def _link_probe(large_s: float, slow_small_calls: int) -> tuple:
+    """A probe of one rank whose collectives sleep: `large_s` for a LARGE allreduce, 0.1 ms for a
+    SMALL one except its first `slow_small_calls` (a slow spell: 30 ms each); the calls it got."""
+    import time
+
+    calls = []
+
+    def send(name: str, n: int) -> None:
+        calls.append((name, n))
+        slow = sum(1 for c in calls if c == (name, A.SMALL)) <= slow_small_calls
+        time.sleep(large_s if n == A.LARGE else 0.03 if slow and n == A.SMALL else 1e-4 if n == A.SMALL else 0)
+
+    probe = A.Probe(1, send=send, allgather=lambda nbytes: calls.append(("allgather", nbytes)),
+                    gather=lambda mine: [mine])
+    return probe, calls
+
+
+def test_a_slow_spell_in_the_small_probes_does_not_enter_the_calibration(monkeypatch):
+    """On shared cores one small allreduce in two or three is slowed by the other rank: the least
+    of SMALL_REPEATS timings counts, so three slowed calls (warm-up and two timed) leave it out."""
+    monkeypatch.setattr(A, "codec_rates", lambda *a, **k: [])
+    probe, calls = _link_probe(large_s=0.1, slow_small_calls=3)
+    figures = A.measure(probe, ("none", "q8"))
+    assert figures["small"]["q8"] < 0.01 and figures["small"]["none"] < 0.01
+    assert calls.count(("q8", A.SMALL)) == A.SMALL_REPEATS + 1
+
+
+@pytest.mark.parametrize("large_s, fast", [(0.1, False), (0.001, True)])
+def test_only_a_fast_link_times_large_twice_and_huge(monkeypatch, large_s, fast):
+    """The second LARGE timing and the HUGE probes hang on one agreed figure (the slowest rank's
+    LARGE time), so every rank makes the same calls."""
+    monkeypatch.setattr(A, "codec_rates", lambda *a, **k: [])
+    probe, calls = _link_probe(large_s=large_s, slow_small_calls=0)
+    figures = A.measure(probe, ("none", "fp16"))
+    assert calls.count(("none", A.LARGE)) == (3 if fast else 2)  # warm-up, timed, once more if fast
+    assert calls.count(("allgather", A.LARGE)) == (3 if fast else 2)
+    assert bool(figures["huge"]) == fast and (("fp16", A.HUGE) in calls) == fast

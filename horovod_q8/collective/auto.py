@@ -43,7 +43,11 @@ HUGE, HUGE_BELOW_S = 1 << 24, 0.06
 FUSION_ENV, DEFAULT_FUSION_THRESHOLD = "HOROVOD_FUSION_THRESHOLD", 64 << 20  # Horovod's, in bytes
 PATTERN = 1 << 16  # probe values: a random normal block this long, repeated
 CODEC_ELEMENTS = 1 << 21  # elements each codec rate is measured on: enough that threads' start-up does not count
-PROBE_REPEATS = 2
+PROBE_REPEATS = 2  # timed calls of a codec probe, after one warm-up; the least counts
+# timed calls of each path's SMALL allreduce: a few ms each, and on shared cores one in two or
+# three is slowed by the other rank (2 loopback ranks: q8's 6.2 ms in one calibration, 14.8 in
+# the next, best of 2 each, docs/runs/auto/2026-12-05-867c21c/loopback_avx2.log)
+SMALL_REPEATS = 5
 MARGIN = 0.05  # a format other than none must be predicted this much faster to be chosen
 RANGE_TOP = 1 << 30  # the largest bucket `AutoPlan.classes` describes
 
@@ -237,16 +241,20 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
     t0 = time.perf_counter()
     rates = codec_rates(allow, probe.fp16_roundtrip, xp=probe.xp, sync=probe.sync)  # first: loads the kernels
     paths = dict.fromkeys(("none", *allow))
-    small = {name: _best(lambda: probe.send(name, SMALL)) for name in paths}
+    small = {name: _best(lambda: probe.send(name, SMALL), repeats=SMALL_REPEATS) for name in paths}
     # Horovod's own paths at LARGE too (fp16's sum of halves on a CPU is not in the model); the
     # quantized paths' per-element cost is the model's (TensorFlow's eager probe would overstate it 3x)
     own = [name for name in paths if name in cost.UNCOMPRESSED]
     large = {name: _best(lambda: probe.send(name, LARGE), repeats=1) for name in own}
+    gathered = _best(lambda: probe.allgather(LARGE), repeats=1)
     huge = {}
     if max(probe.gather(large["none"])) < HUGE_BELOW_S:  # every rank decides alike
+        # a fast link: LARGE once more (cheap here, and noisier: a slow spell is a larger share)
+        large = {name: min(t, _best(lambda: probe.send(name, LARGE), repeats=1, warm=False))
+                 for name, t in large.items()}
+        gathered = min(gathered, _best(lambda: probe.allgather(LARGE), repeats=1, warm=False))
         # the first 64 MiB allreduce pays for Horovod's and the transport's buffers (2.3x here)
         huge = {name: _best(lambda: probe.send(name, HUGE), repeats=1, warm=i == 0) for i, name in enumerate(own)}
-    gathered = _best(lambda: probe.allgather(LARGE), repeats=1)
     return {"small": small, "large": large, "huge": huge, "gather": gathered, "rates": rates,
             "seconds": time.perf_counter() - t0}
 
