@@ -77,13 +77,14 @@ def test_combine_recovers_the_link_and_takes_the_slowest_rank():
     def ring(n):
         return 2 * (p - 1) * alpha + 2 * (p - 1) / p * 4 * n / bw
     fast = {"small": {"none": ring(A.SMALL), "q8": 0.001}, "large": {"none": ring(A.LARGE), "q8": 0.01},
-            "gather": (p - 1) * alpha + (p - 1) * A.LARGE / bw, "rates": [["q8", 2e9, 3e9]], "seconds": 0.2}
+            "gather_small": 0.004 + (p - 1) * A.SMALL / bw, "gather": 0.004 + (p - 1) * A.LARGE / bw,
+            "rates": [["q8", 2e9, 3e9]], "seconds": 0.2}
     slow = dict(fast, rates=[["q8", 1e9, 4e9]], small={"none": ring(A.SMALL), "q8": 0.002}, seconds=0.3,
                 large={"none": ring(A.LARGE), "q8": 0.02})
     cal = A.combine([fast, slow], p)
     assert cal.alpha == pytest.approx(alpha, rel=1e-6)
     assert cal.bandwidth == pytest.approx(bw, rel=1e-6)
-    assert cal.gather_bandwidth == pytest.approx(bw, rel=1e-6)
+    assert cal.gather_bandwidth == pytest.approx(bw, rel=1e-6)  # the slope: a call's fixed 4 ms is not wire
     assert cal.rate("q8") == (1e9, 3e9)
     assert dict(cal.small)["q8"] == 0.002 and dict(cal.large)["q8"] == 0.02 and cal.seconds == 0.3
     assert A.combine([slow, fast], p) == cal  # whatever the order, the same figures
@@ -133,7 +134,7 @@ def test_saved_calibration_gives_the_same_plan_without_measuring():
 
 def test_recalibrate_measures_again(monkeypatch):
     figures = {"small": {"none": 1e-4, "fp16": 1e-4, "q8": 1e-3}, "large": {"none": 0.04, "fp16": 0.03, "q8": 0.02},
-               "gather": 0.02,
+               "gather_small": 0.001, "gather": 0.02,
                "rates": [["fp16", 1e9, 1e9], ["q8", 1e9, 1e9]], "seconds": 0.1}
     calls = []
 
@@ -303,4 +304,5 @@ def test_only_a_fast_link_times_large_twice_and_huge(monkeypatch, large_s, fast)
     figures = A.measure(probe, ("none", "fp16"))
     assert calls.count(("none", A.LARGE)) == (3 if fast else 2)  # warm-up, timed, once more if fast
     assert calls.count(("allgather", A.LARGE)) == (3 if fast else 2)
+    assert calls.count(("allgather", A.SMALL)) == A.SMALL_REPEATS + 1
     assert bool(figures["huge"]) == fast and (("fp16", A.HUGE) in calls) == fast

@@ -246,6 +246,9 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
     # quantized paths' per-element cost is the model's (TensorFlow's eager probe would overstate it 3x)
     own = [name for name in paths if name in cost.UNCOMPRESSED]
     large = {name: _best(lambda: probe.send(name, LARGE), repeats=1) for name in own}
+    # the allgather at two sizes, as the ring: its slope is the rate (one point would count the
+    # eager call's fixed cost as wire: 3.4 Gbit/s where the ring moved 5.6 on 2 hosts at 10 Gbit/s)
+    gathered_small = _best(lambda: probe.allgather(SMALL), repeats=SMALL_REPEATS)
     gathered = _best(lambda: probe.allgather(LARGE), repeats=1)
     huge = {}
     if max(probe.gather(large["none"])) < HUGE_BELOW_S:  # every rank decides alike
@@ -255,7 +258,8 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
         gathered = min(gathered, _best(lambda: probe.allgather(LARGE), repeats=1, warm=False))
         # the first 64 MiB allreduce pays for Horovod's and the transport's buffers (2.3x here)
         huge = {name: _best(lambda: probe.send(name, HUGE), repeats=1, warm=i == 0) for i, name in enumerate(own)}
-    return {"small": small, "large": large, "huge": huge, "gather": gathered, "rates": rates,
+    return {"small": small, "large": large, "huge": huge, "gather_small": gathered_small, "gather": gathered,
+            "rates": rates,
             "seconds": time.perf_counter() - t0}
 
 
@@ -267,13 +271,13 @@ def combine(figures: Sequence[dict], ranks: int) -> Calibration:
     large_of = {nm: max(f["large"][nm] for f in figures) for nm in figures[0]["large"]}
     huge_of = {nm: max(f.get("huge", {})[nm] for f in figures) for nm in figures[0].get("huge", {})}
     large = large_of["none"]
-    gathered = max(f["gather"] for f in figures)
+    gathered_small, gathered = max(f["gather_small"] for f in figures), max(f["gather"] for f in figures)
     # ring: t(n) = 2 (P-1) alpha + 2 (P-1) / P * 4 n / bandwidth, through the two sizes
     per_element = max(large - small["none"], 1e-12) / (LARGE - SMALL)
     bandwidth = 2 * (p - 1) / p * 4 / per_element
     alpha = max(small["none"] - per_element * SMALL, 0.0) / (2 * (p - 1))
-    gather_time = gathered - (p - 1) * alpha
-    gather_bandwidth = (p - 1) * LARGE / gather_time if gather_time > 0 else bandwidth
+    gather_time = gathered - gathered_small
+    gather_bandwidth = (p - 1) * (LARGE - SMALL) / gather_time if gather_time > 0 else bandwidth
     names = [r[0] for r in figures[0]["rates"]]
     rates = tuple((nm, min(dict((r[0], r[1]) for r in f["rates"])[nm] for f in figures),
                    min(dict((r[0], r[2]) for r in f["rates"])[nm] for f in figures)) for nm in names)
