@@ -1,5 +1,6 @@
 """The TensorFlow transport: pieces fill one result by a chain of host calls, not joined; host
-calls' buffers are reused across steps, never while TensorFlow still holds them."""
+calls' buffers are reused across steps, never while TensorFlow still holds them, in a graph and
+eagerly."""
 from __future__ import annotations
 
 import numpy as np
@@ -73,8 +74,49 @@ def test_a_result_still_held_is_never_overwritten(monkeypatch):
     assert pool.held_bytes() == held  # reused, not grown
 
 
-def test_eagerly_the_pieces_are_copied_on_and_still_right():
-    np.testing.assert_array_equal(finish().numpy(), np.concatenate(PARTS))  # eager calls do not alias
+def test_eagerly_the_pieces_fill_one_buffer_too(monkeypatch):
+    """Eager host calls read the tensors' memory and return tensors over their arrays
+    (tf.numpy_function would copy both ways: 17.7 ms per 16 MiB result)."""
+    pool = CountingPool()
+    monkeypatch.setattr(T, "_POOL", pool)
+    np.testing.assert_array_equal(finish().numpy(), np.concatenate(PARTS))
+    assert pool.sizes == [sum(SIZES)], pool.sizes
+
+
+def test_eagerly_a_result_still_held_is_never_overwritten(monkeypatch):
+    pool = AlignedPool()
+    monkeypatch.setattr(T, "_POOL", pool)
+    first = finish()
+    second = finish(1.0)  # while `first` is alive: it holds its buffer
+    np.testing.assert_array_equal(first.numpy(), np.concatenate(PARTS))
+    np.testing.assert_array_equal(second.numpy(), np.concatenate(PARTS) + 1)
+    held = pool.held_bytes()
+    del first, second
+    for k in range(5):
+        np.testing.assert_array_equal(finish(float(k)).numpy(), np.concatenate(PARTS) + k)
+    assert pool.held_bytes() == held  # reused once nothing held it, not grown
+
+
+def test_an_eager_result_shares_memory_only_where_tensorflow_can_alias_it():
+    from horovod_q8.tensorflow.bridge import _as_tensor
+
+    owned = AlignedPool()(8, np.float32)
+    owned[:] = 1.0
+    t = _as_tensor(owned, tf.float32)
+    owned[0] = 5.0
+    assert t.numpy()[0] == 5.0  # the same memory
+    readonly = np.ones(8, np.float32)
+    readonly.flags.writeable = False
+    unaligned = AlignedPool()(9, np.float32)[1:]
+    for a, dtype in ((readonly, tf.float32), (unaligned, tf.float32), (np.ones(8, np.float64), tf.float32),
+                     (np.zeros(0, np.float32), tf.float32)):
+        c = _as_tensor(a, dtype)
+        assert c.dtype == dtype and c.shape == a.shape
+        if a.size:
+            a_before = float(a[0])
+            if a.flags.writeable:
+                a[0] = 9.0
+            assert c.numpy()[0] == a_before  # a copy: later writes do not reach it
 
 
 def test_a_copied_buffer_still_gives_the_whole_result(monkeypatch):
