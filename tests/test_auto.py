@@ -293,7 +293,6 @@ def test_a_slow_spell_in_the_small_probes_does_not_enter_the_calibration(monkeyp
     figures = A.measure(probe, ("none", "q8"))
     assert figures["small"]["q8"] < 0.01 and figures["small"]["none"] < 0.01
     assert calls.count(("q8", A.SMALL)) == A.SMALL_REPEATS + 1
-    assert calls.count(("q8", A.LARGE)) == 2 and "q8" in figures["large"]  # its line: two measured points
 
 
 @pytest.mark.parametrize("large_s, fast", [(0.1, False), (0.001, True)])

@@ -242,11 +242,10 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
     rates = codec_rates(allow, probe.fp16_roundtrip, xp=probe.xp, sync=probe.sync)  # first: loads the kernels
     paths = dict.fromkeys(("none", *allow))
     small = {name: _best(lambda: probe.send(name, SMALL), repeats=SMALL_REPEATS) for name in paths}
-    # every path at LARGE too: fp16's sum of halves on a CPU is not in the model, and the model
-    # counts a quantized path's codec and wire one after the other (a lone 25.6M q8 tensor on 2
-    # unshaped hosts: 63 ms measured, about 110 from the model, docs/runs/auto/2026-12-05-4ac2723)
+    # Horovod's own paths at LARGE too (fp16's sum of halves on a CPU is not in the model); the
+    # quantized paths' per-element cost is the model's (TensorFlow's eager probe would overstate it 3x)
     own = [name for name in paths if name in cost.UNCOMPRESSED]
-    large = {name: _best(lambda: probe.send(name, LARGE), repeats=1) for name in paths}
+    large = {name: _best(lambda: probe.send(name, LARGE), repeats=1) for name in own}
     # the allgather at two sizes, as the ring: its slope is the rate (one point would count the
     # eager call's fixed cost as wire: 3.4 Gbit/s where the ring moved 5.6 on 2 hosts at 10 Gbit/s)
     gathered_small = _best(lambda: probe.allgather(SMALL), repeats=SMALL_REPEATS)
@@ -328,7 +327,7 @@ class AutoPlan:
         """(a, k): the model's line for this path moved through its measured allreduces around n,
         a + k * model(n): a holds the path's fixed costs (host calls, extra collectives, kernel
         launches), k what the model misses per element (Horovod summing halves element by
-        element on the CPU for fp16; the overlap of a quantized path's codec and wire); above LARGE through the LARGE and HUGE points where
+        element on the CPU for fp16, say); above LARGE through the LARGE and HUGE points where
         both were measured. With one measurement: the model plus its excess."""
         c = self.calibration
         points = [(size, dict(ts).get(name)) for size, ts in ((SMALL, c.small), (LARGE, c.large), (HUGE, c.huge))]
