@@ -243,7 +243,9 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
     paths = dict.fromkeys(("none", *allow))
     small = {name: _best(lambda: probe.send(name, SMALL), repeats=SMALL_REPEATS) for name in paths}
     # Horovod's own paths at LARGE too (fp16's sum of halves on a CPU is not in the model); the
-    # quantized paths' per-element cost is the model's (TensorFlow's eager probe would overstate it 3x)
+    # quantized paths' per-element cost is the model's: timed eagerly at LARGE too, their lines
+    # swung from 0.54 to 1.82 times the model between two calibrations and 11 of 16 rows of
+    # `bench auto` met its targets, against 15 (docs/runs/auto/2026-12-05-d18a26b)
     own = [name for name in paths if name in cost.UNCOMPRESSED]
     large = {name: _best(lambda: probe.send(name, LARGE), repeats=1) for name in own}
     # the allgather at two sizes, as the ring: its slope is the rate (one point would count the
