@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Issue 6's measurements on the emulated cluster (needs root), for each bandwidth in
+# The emulated cluster's measurements (needs root), for each bandwidth in
 # $BANDWIDTHS (default "1gbit 10gbit"); sections (default all): 
 #   transfer   the transfer benchmark (mpi4py) on 4 and 2 hosts, $ROUNDS rounds (default 3)
 #   allreduce  Horovod's allreduce of a 25.6M-element gradient on 4 and 2 hosts
 #   train      ResNet-50 (32 px, batch 8, --synthetic) training throughput on 4 hosts per compression
-# Output: docs/runs/cluster/ (or $OUT). Every job holds /tmp/hq8-cpu.lock: nothing else timed runs.
+# Output: docs/runs/cluster/<date>-<commit>/ (or $OUT). Every job holds /tmp/hq8-cpu.lock: nothing else timed runs.
 #   sudo bash scripts/cluster_bench.sh                 # everything
 #   sudo BANDWIDTHS=10gbit bash scripts/cluster_bench.sh train
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$(bash "$REPO/scripts/setup.sh")"
-OUT="${OUT:-$REPO/docs/runs/cluster}"
+OUT="${OUT:-$REPO/docs/runs/cluster/$(date +%F)-$(git -C "$REPO" rev-parse --short HEAD)}"
 BANDWIDTHS="${BANDWIDTHS:-1gbit 10gbit}"
 ROUNDS="${ROUNDS:-3}"
 SECTIONS="${*:-transfer allreduce train}"

@@ -1,6 +1,6 @@
 """Same weights, same batches, dropout off: Keras SGD vs torch SGD vs KerasSGD under warm-up.
 
-    PYTHONPATH=. python scripts/keras_vs_torch_sgd.py 468 > docs/runs/torch/keras_equivalence.txt
+    PYTHONPATH=. python scripts/keras_vs_torch_sgd.py 468 > docs/runs/torch/2026-12-01-edb6993/keras_equivalence.txt
 """
 import os, sys
 import numpy as np

@@ -19,7 +19,7 @@ from horovod_q8.startup import MALLOC_TUNABLES, malloc_huge_pages
 
 # OpenMPI's tuned ring allreduce: its default choice took twice as long on these links. The
 # compressed schedule's collectives: a ring allgatherv (a Sendrecv ring moved 0.90 Gbit/s per
-# link where the default Allgather moved 0.53, docs/runs/cluster/collective_check_4x1gbit.log)
+# link where the default Allgather moved 0.53, docs/runs/cluster/2026-11-30-66d42d6/collective_check_4x1gbit.log)
 # and a basic linear alltoallv (every block in flight at once: 188 ms against the pairwise
 # one's 258 on 4 hosts, with TCP_FLAGS; docs/launch.md, "Collectives").
 RING_ALLREDUCE = {"coll_tuned_use_dynamic_rules": "1", "coll_tuned_allreduce_algorithm": "4",

@@ -2,7 +2,7 @@
 
 alltoallv is MPI_Alltoallv; allgatherv is a ring of Sendrecv steps, which reached the ring's
 link rate on the emulated cluster where OpenMPI's Allgatherv did not
-(docs/runs/cluster/collective_check_4x1gbit.log). With `codec_thread`, local steps run on one
+(docs/runs/cluster/2026-11-30-66d42d6/collective_check_4x1gbit.log). With `codec_thread`, local steps run on one
 worker thread (the Numba kernels release the GIL) while the calling thread runs MPI, so one
 piece's bytes move while another piece is coded. Only the calling thread calls MPI.
 """

@@ -3,7 +3,7 @@ transfer from that run's independent measurements only (ping-pong latency, the b
 links loaded both ways, codec, copy and add rates timed on their own, with every rank at once
 for the allreduce and with one rank for the p2p transfer), then put prediction and measurement side by side.
 
-    python -m horovod_q8.speedup.emulated docs/runs/cluster/transfer_*.json
+    python -m horovod_q8.speedup.emulated docs/runs/cluster/2026-11-30-66d42d6/transfer_*.json
 """
 from __future__ import annotations
 
