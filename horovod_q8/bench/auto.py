@@ -6,6 +6,7 @@ allowed and from `none`."""
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections import Counter
 from typing import Dict, List, Optional
@@ -95,6 +96,9 @@ def run(args: argparse.Namespace) -> None:
               f"({opened * 1e3:.0f} ms, slowest rank); measured again once warm: {again * 1e3:.0f} ms "
               f"(measuring {plan.calibration.seconds * 1e3:.0f} ms)\n")
         print("\n".join("    " + line for line in plan.describe()) + "\n", flush=True)
+        # every figure the choices rest on, so a log can be replayed against other cost models:
+        # AutoPlan(Auto(allow), Calibration.from_dict(json.loads(...)))
+        print(f"calibration: {json.dumps(plan.calibration.to_dict())}\n", flush=True)
 
     def table(title: str, fns: dict, nbytes: dict, chosen: str) -> None:
         times = slowest_per_round(rounds(fns, args.repeats))
@@ -134,6 +138,8 @@ def run(args: argparse.Namespace) -> None:
             nbytes[name] = bytes_per_step(shapes, comp, hvd.size(), fusion_bytes=fusion)
         from horovod_q8.collective import policy
         sizes = [sum(policy.numel(shapes[m]) for m in b) for b in policy.plan_buckets(shapes, fusion, 4)]
+        if rank0:
+            print(f"ResNet-50 buckets (elements): {sizes}\n", flush=True)
         picks = Counter(ch.name for ch in plan.choose_step(sizes))
         chosen = ", ".join(f"{k} for {v} of {len(sizes)} buckets" for k, v in picks.items())
         table(f"ResNet-50 gradients ({len(shapes)} tensors), the stock hvd.DistributedOptimizer path, "

@@ -36,13 +36,18 @@ def probe(compressors: Dict[str, Any]) -> Probe:
             cache[(n, dtype)] = tf.constant(x.view(np.uint8)[:n] if dtype == tf.uint8 else x)
         return cache[(n, dtype)]
 
+    def first(t: tf.Tensor) -> None:
+        # one element read back, as a step reads its result: copying all of it into NumPy is
+        # no part of the allreduce (6-20 ms for 64 MiB here, bench/common.readback)
+        tf.reshape(t, [-1])[:1].numpy()
+
     def send(name: str, n: int) -> None:
         # eagerly: tracing the compressed path as a tf.function costs seconds, calibration must not
-        hvd.allreduce(values(n, tf.float32), op=hvd.Sum, compression=compressors[name],
-                      name=f"horovod_q8.auto.{k}.{name}.{n}").numpy()
+        first(hvd.allreduce(values(n, tf.float32), op=hvd.Sum, compression=compressors[name],
+                            name=f"horovod_q8.auto.{k}.{name}.{n}"))
 
     def allgather(nbytes: int) -> None:
-        hvd.allgather(values(nbytes, tf.uint8), name=f"horovod_q8.auto.{k}.allgather.{nbytes}").numpy()
+        first(hvd.allgather(values(nbytes, tf.uint8), name=f"horovod_q8.auto.{k}.allgather.{nbytes}"))
 
     def gather(obj):
         return hvd.allgather_object(obj, name=f"horovod_q8.auto.{k}.figures")
