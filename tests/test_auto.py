@@ -306,3 +306,43 @@ def test_only_a_fast_link_times_large_twice_and_huge(monkeypatch, large_s, fast)
     assert calls.count(("allgather", A.LARGE)) == (3 if fast else 2)
     assert calls.count(("allgather", A.SMALL)) == A.SMALL_REPEATS + 1
     assert bool(figures["huge"]) == fast and (("fp16", A.HUGE) in calls) == fast
+
+
+def test_a_traced_frontend_times_only_horovods_own_paths_at_small(monkeypatch):
+    """TensorFlow steps run the compressed path traced: its fixed cost is that of its two
+    collectives (Horovod's allreduce of the control tensor and the allgather of the codes), not
+    an eager call's; the ranks start the codec probes together, as a step's codecs run."""
+    order = []
+    monkeypatch.setattr(A, "codec_rates", lambda *a, **k: order.append("codec") or [])
+    monkeypatch.setattr(A, "copy_rate", lambda *a, **k: 5e9)
+    probe, calls = _link_probe(large_s=0.1, slow_small_calls=0)
+    traced = A.Probe(1, probe.send, probe.allgather, lambda mine: order.append(("gather", mine)) or [mine],
+                     traced=True)
+    figures = A.measure(traced, ("none", "fp16", "q8"))
+    assert ("q8", A.SMALL) not in calls and ("fp16", A.SMALL) in calls
+    assert figures["small"]["q8"] == figures["small"]["none"] + figures["gather_small"]
+    assert order[:2] == [("gather", None), "codec"] and figures["copy"] == 5e9
+    eager = A.measure(probe, ("none", "q8"))  # torch's hook runs eagerly: the path itself is timed
+    assert ("q8", A.SMALL) in calls and eager["small"]["q8"] != eager["small"]["none"] + eager["gather_small"]
+
+
+def test_in_a_step_a_quantized_bucket_pays_its_concatenation_and_split():
+    base = calibration(gbit=10.0)
+    cal = A.Calibration(base.ranks, base.alpha, base.bandwidth, base.gather_bandwidth, base.rates, base.small,
+                        base.large, copy_rate=4e9)
+    plan, plain = A.AutoPlan(A.Auto(), cal), A.AutoPlan(A.Auto(), base)
+    n = 3_000_000
+    assert plan.predict("q8", n, step=8 * n) == pytest.approx(plain.predict("q8", n) + 8 * n / 4e9, rel=1e-12)
+    assert plan.predict("q8", n, step=n) == plan.predict("q8", n) == plain.predict("q8", n)  # alone: no copy
+    assert plan.predict("none", n, step=8 * n) == plain.predict("none", n, step=8 * n)  # Horovod's own buffer
+    assert plain.predict("q8", n, step=8 * n) == plain.predict("q8", n)  # not measured (an old checkpoint)
+    saved = cal.to_dict()
+    assert A.Calibration.from_dict(saved) == cal and saved["copy_rate"] == 4e9
+    del saved["copy_rate"]
+    assert A.Calibration.from_dict(saved).copy_rate == 0.0
+    assert cal.digest() != base.digest()
+
+
+def test_copy_rate_is_bytes_per_second_of_one_copy():
+    rate = A.copy_rate(n=1 << 20)
+    assert 1e8 < rate < 1e12

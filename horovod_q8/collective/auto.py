@@ -43,6 +43,7 @@ HUGE, HUGE_BELOW_S = 1 << 24, 0.06
 FUSION_ENV, DEFAULT_FUSION_THRESHOLD = "HOROVOD_FUSION_THRESHOLD", 64 << 20  # Horovod's, in bytes
 PATTERN = 1 << 16  # probe values: a random normal block this long, repeated
 CODEC_ELEMENTS = 1 << 21  # elements each codec rate is measured on: enough that threads' start-up does not count
+COPY_ELEMENTS = 1 << 23  # float32 elements of the memory-copy probe: 32 MiB each way, more than a cache holds
 PROBE_REPEATS = 2  # timed calls of a codec probe, after one warm-up; the least counts
 # timed calls of each path's SMALL allreduce: a few ms each, and on shared cores one in two or
 # three is slowed by the other rank (2 loopback ranks: q8's 6.2 ms in one calibration, 14.8 in
@@ -114,7 +115,8 @@ class Calibration:
     bandwidth: bytes/s a ring allreduce reaches per link; gather_bandwidth: what the allgather
     that carries codes reaches; rates: format -> (encode, decode) elements/s on this machine;
     small, large: format -> seconds of one real allreduce of SMALL and LARGE elements sent so
-    (what the path really costs, fixed costs and Horovod's own work included)."""
+    (what the path really costs, fixed costs and Horovod's own work included); copy_rate: what
+    a memory copy moves, for the fused path's concatenation of a bucket and its split."""
 
     ranks: int
     alpha: float
@@ -124,6 +126,7 @@ class Calibration:
     small: Tuple[Tuple[str, float], ...] = ()
     large: Tuple[Tuple[str, float], ...] = ()
     huge: Tuple[Tuple[str, float], ...] = ()
+    copy_rate: float = 0.0  # bytes/s of a memory copy (0: not measured, no copy term)
     seconds: float = field(default=0.0, compare=False)  # what measuring cost on this rank
 
     def rate(self, name: str) -> Tuple[float, float]:
@@ -151,7 +154,7 @@ class Calibration:
                                tuple((str(n), float(t)) for n, t in d["small"]),
                                tuple((str(n), float(t)) for n, t in d["large"]),
                                tuple((str(n), float(t)) for n, t in d.get("huge", ())),
-                               float(d.get("seconds", 0.0)))
+                               float(d.get("copy_rate", 0.0)), float(d.get("seconds", 0.0)))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"horovod_q8 Auto: not a saved calibration ({e!r})") from None
 
@@ -169,6 +172,11 @@ class Probe:
     allgather(nbytes): every rank's nbytes uint8 to every rank, as the compressed path sends codes.
     gather(obj): every rank's obj, in rank order (an allgather_object).
     fp16_roundtrip(n): the frontend's float32 -> float16 -> float32 casts of n elements.
+    traced: the frontend runs its compressed path traced (TensorFlow's steps and tf.function
+    calls). A quantized path's fixed cost is then that of its two collectives, Horovod's
+    allreduce of the control tensor and the allgather of the codes, each timed at SMALL, not
+    that of an eager call, whose ~34 ops' dispatch a traced step does not pay (2 unshaped hosts,
+    AVX2: q8 at 4,096 elements 4.6 ms eager, 1.8 traced, the two collectives 2.0).
     """
 
     ranks: int
@@ -178,6 +186,7 @@ class Probe:
     fp16_roundtrip: Optional[Callable[[int], None]] = None
     xp: object = np  # where the codec runs: NumPy (CPU kernels) or CuPy (GPU tensors)
     sync: Callable[[], None] = lambda: None  # waits for the device (CuPy's kernels are asynchronous)
+    traced: bool = False
 
 
 def probe_values(n: int) -> np.ndarray:
@@ -235,13 +244,25 @@ def codec_rates(names: Sequence[str], fp16_roundtrip: Optional[Callable[[int], N
     return out
 
 
+def copy_rate(xp=np, sync: Callable[[], None] = lambda: None, n: int = COPY_ELEMENTS) -> float:
+    """Bytes/s one copy of n float32 moves (read and written once each) on this machine."""
+    x = xp.asarray(probe_values(n))
+    dst = xp.empty_like(x)
+    return 4 * n / _best(lambda: (xp.copyto(dst, x), sync()))
+
+
 def measure(probe: Probe, allow: Sequence[str]) -> dict:
     """This rank's figures: the link's probe times, each allowed path's time at SMALL elements
     and the codec rates (a few hundred ms in all)."""
     t0 = time.perf_counter()
+    # every rank at once, as in a step: ranks that share cores share them here too (2 loopback
+    # ranks, Numba: a lone q8 tensor took twice the time predicted from rates timed at will)
+    probe.gather(None)
     rates = codec_rates(allow, probe.fp16_roundtrip, xp=probe.xp, sync=probe.sync)  # first: loads the kernels
+    copy = copy_rate(probe.xp, probe.sync)
     paths = dict.fromkeys(("none", *allow))
-    small = {name: _best(lambda: probe.send(name, SMALL), repeats=SMALL_REPEATS) for name in paths}
+    timed = [name for name in paths if not probe.traced or name in cost.UNCOMPRESSED]
+    small = {name: _best(lambda: probe.send(name, SMALL), repeats=SMALL_REPEATS) for name in timed}
     # Horovod's own paths at LARGE too (fp16's sum of halves on a CPU is not in the model); the
     # quantized paths' per-element cost is the model's: timed eagerly at LARGE too, their lines
     # swung from 0.54 to 1.82 times the model between two calibrations and 11 of 16 rows of
@@ -251,6 +272,7 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
     # the allgather at two sizes, as the ring: its slope is the rate (one point would count the
     # eager call's fixed cost as wire: 3.4 Gbit/s where the ring moved 5.6 on 2 hosts at 10 Gbit/s)
     gathered_small = _best(lambda: probe.allgather(SMALL), repeats=SMALL_REPEATS)
+    small.update({name: small["none"] + gathered_small for name in paths if name not in small})
     gathered = _best(lambda: probe.allgather(LARGE), repeats=1)
     huge = {}
     if max(probe.gather(large["none"])) < HUGE_BELOW_S:  # every rank decides alike
@@ -261,7 +283,7 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
         # the first 64 MiB allreduce pays for Horovod's and the transport's buffers (2.3x here)
         huge = {name: _best(lambda: probe.send(name, HUGE), repeats=1, warm=i == 0) for i, name in enumerate(own)}
     return {"small": small, "large": large, "huge": huge, "gather_small": gathered_small, "gather": gathered,
-            "rates": rates,
+            "rates": rates, "copy": copy,
             "seconds": time.perf_counter() - t0}
 
 
@@ -284,7 +306,8 @@ def combine(figures: Sequence[dict], ranks: int) -> Calibration:
     rates = tuple((nm, min(dict((r[0], r[1]) for r in f["rates"])[nm] for f in figures),
                    min(dict((r[0], r[2]) for r in f["rates"])[nm] for f in figures)) for nm in names)
     return Calibration(ranks, alpha, bandwidth, gather_bandwidth, rates, tuple(small.items()),
-                       tuple(large_of.items()), tuple(huge_of.items()), max(f["seconds"] for f in figures))
+                       tuple(large_of.items()), tuple(huge_of.items()), min(f.get("copy", 0.0) for f in figures),
+                       max(f["seconds"] for f in figures))
 
 
 def calibrate(probe: Probe, allow: Sequence[str]) -> Calibration:
@@ -356,14 +379,17 @@ class AutoPlan:
         per tensor, then run beside the other tensors' transfers, so the time they take at the
         measured rate does not count. (Leaving out their share of the fitted line instead, its
         factor that of Gloo's slow sum of halves, chose fp16 on 2 loopback ranks where it was
-        2.7x slower than none.)"""
+        2.7x slower than none.) A quantized bucket within a step is also copied twice, its
+        tensors concatenated into it and its sum split out (2 unshaped hosts, AVX2: ResNet-50's
+        214 gradients in 8 buckets took 110 ms with q8, 8 tensors of the same sizes 71-82)."""
         if name in cost.UNCOMPRESSED:
             fused = min(step, fusion_elements(name))
             if fused > n:
                 moved = max(self.predict(name, fused), self.model(name, fused)) - self.model(name, fused, "codec")
                 return n / fused * moved
         a, k = self.fit(name, n)
-        return a + k * self.model(name, n)
+        copies = 8 * n / self.calibration.copy_rate if step > n and self.calibration.copy_rate > 0 else 0.0
+        return a + k * self.model(name, n) + copies
 
     def choose(self, n: int, step: int = 0) -> Choice:
         """The format for a bucket of n elements (alone, or within a step of `step` elements)."""

@@ -26,7 +26,9 @@ _PROBES = itertools.count(1)
 
 def probe(compressors: Dict[str, Any]) -> Probe:
     """Horovod's collectives as TensorFlow runs them, eagerly; send() is `hvd.allreduce` with
-    the compressor Auto would use (random normal values: a codec's time depends on them)."""
+    the compressor Auto would use (random normal values: a codec's time depends on them).
+    Steps run the compressed path traced, so only Horovod's own paths are sent at SMALL
+    (`Probe.traced`)."""
     k = next(_PROBES)
     cache: Dict[Any, tf.Tensor] = {}
 
@@ -49,13 +51,15 @@ def probe(compressors: Dict[str, Any]) -> Probe:
     def allgather(nbytes: int) -> None:
         first(hvd.allgather(values(nbytes, tf.uint8), name=f"horovod_q8.auto.{k}.allgather.{nbytes}"))
 
+    gathers = itertools.count()
+
     def gather(obj):
-        return hvd.allgather_object(obj, name=f"horovod_q8.auto.{k}.figures")
+        return hvd.allgather_object(obj, name=f"horovod_q8.auto.{k}.gather.{next(gathers)}")
 
     def fp16_roundtrip(n: int) -> None:
-        tf.cast(tf.cast(values(n, tf.float32), tf.float16), tf.float32).numpy()
+        first(tf.cast(tf.cast(values(n, tf.float32), tf.float16), tf.float32))
 
-    return Probe(hvd.size(), send, allgather, gather, fp16_roundtrip)
+    return Probe(hvd.size(), send, allgather, gather, fp16_roundtrip, traced=True)
 
 
 def _agree(statement: Any, label: str) -> None:
