@@ -346,3 +346,16 @@ def test_in_a_step_a_quantized_bucket_pays_its_concatenation_and_split():
 def test_copy_rate_is_bytes_per_second_of_one_copy():
     rate = A.copy_rate(n=1 << 20)
     assert 1e8 < rate < 1e12
+
+
+def test_auto_replay_reads_a_bench_auto_log():
+    """scripts/auto_replay.py replays a logged cell against the model in the tree."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    logs = sorted((root / "docs" / "runs" / "auto" / "2026-12-05-9f0d90d").glob("1gbit_*.log"))
+    out = subprocess.run([sys.executable, str(root / "scripts" / "auto_replay.py"), *map(str, logs)],
+                         capture_output=True, text=True, check=True).stdout
+    assert len(logs) == 2 and out.count("chose q8") >= 2 and "mean error over 2 logs" in out, out

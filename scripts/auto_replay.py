@@ -1,0 +1,74 @@
+"""Replay `horovod-q8 bench auto` logs against Auto's cost model: for each log (one cell of
+`bash scripts/bench_auto.sh`), what the model predicts from the calibration the run printed,
+beside what the run measured, for the lone tensor and for ResNet-50's step, and what Auto
+would choose. Edit `collective/auto.py` and run this again to see what a change of the model
+does to every cell measured, without measuring again.
+
+    python scripts/auto_replay.py docs/runs/auto/<date>-<commit>/*.log
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from horovod_q8.collective import auto as A  # noqa: E402
+
+FORMATS = ("none", "fp16", "q8")
+TENSOR = 25_600_000  # bench auto's one tensor
+
+
+def parse(path: Path) -> Tuple[A.Calibration, List[int], Dict[str, Dict[str, float]]]:
+    """(calibration, ResNet-50's bucket sizes, measured ms per workload and compression)."""
+    text = re.sub(r"(?m)^\[\d+\]<std(?:out|err)>:", "", path.read_text())  # horovodrun's prefixes
+    found = re.search(r"^calibration: (\{.*\})$", text, re.M)
+    buckets = re.search(r"^ResNet-50 buckets \(elements\): (\[.*\])$", text, re.M)
+    if not found or not buckets:
+        raise SystemExit(f"{path}: no calibration or bucket line (logs of bench auto from ffa6e92 on)")
+    measured = {}
+    for section in re.split(r"^## ", text, flags=re.M)[1:]:
+        workload = "tensor" if section.startswith("hvd.allreduce") else "resnet"
+        measured[workload] = {m.group(1): float(m.group(2)) for m in
+                              re.finditer(r"^\| (none|fp16|q8|q4|auto) \| ([0-9.]+) \|", section, re.M)}
+    return A.Calibration.from_dict(json.loads(found.group(1))), json.loads(buckets.group(1)), measured
+
+
+def replay(path: Path) -> Tuple[str, float]:
+    """One line for this log, and the mean |log(predicted / measured)| of its six figures."""
+    cal, buckets, measured = parse(path)
+    plan = A.AutoPlan(A.Auto(), cal)
+    step = sum(buckets)
+    predicted = {"tensor": {f: plan.predict(f, TENSOR) * 1e3 for f in FORMATS},
+                 "resnet": {f: sum(plan.predict(f, b, step) for b in buckets) * 1e3 for f in FORMATS}}
+    chosen = {"tensor": plan.choose(TENSOR).name,
+              "resnet": "+".join(sorted({c.name for c in plan.choose_step(buckets)}))}
+    parts, errs = [], []
+    for workload in ("tensor", "resnet"):
+        m, p = measured[workload], predicted[workload]
+        errs += [abs(math.log(p[f] / m[f])) for f in FORMATS]
+        fastest = min(FORMATS, key=m.get)
+        cells = " ".join(f"{f} {m[f]:.0f}/{p[f]:.0f}" for f in FORMATS)
+        parts.append(f"{workload}: {cells}, chose {chosen[workload]} (fastest {fastest}, auto {m['auto']:.0f})")
+    return f"{path.parent.name}/{path.stem}: " + "; ".join(parts), sum(errs) / len(errs)
+
+
+def main(argv: List[str]) -> None:
+    if not argv:
+        raise SystemExit(__doc__)
+    print("# ms measured/predicted per compression; the model's mean |log(predicted/measured)| last")
+    errs = []
+    for name in argv:
+        line, err = replay(Path(name))
+        errs.append(err)
+        print(f"{line}; error {err:.2f}")
+    print(f"# mean error over {len(errs)} logs: {sum(errs) / len(errs):.3f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
