@@ -313,7 +313,7 @@ def test_a_traced_frontend_times_only_horovods_own_paths_at_small(monkeypatch):
     collectives (Horovod's allreduce of the control tensor and the allgather of the codes), not
     an eager call's; the ranks start the codec probes together, as a step's codecs run."""
     order = []
-    monkeypatch.setattr(A, "codec_rates", lambda *a, **k: order.append("codec") or [])
+    monkeypatch.setattr(A, "codec_rates", lambda *a, **k: k["together"]() or order.append("codec") or [])
     monkeypatch.setattr(A, "copy_rate", lambda *a, **k: 5e9)
     probe, calls = _link_probe(large_s=0.1, slow_small_calls=0)
     traced = A.Probe(1, probe.send, probe.allgather, lambda mine: order.append(("gather", mine)) or [mine],
@@ -359,3 +359,16 @@ def test_auto_replay_reads_a_bench_auto_log():
     out = subprocess.run([sys.executable, str(root / "scripts" / "auto_replay.py"), *map(str, logs)],
                          capture_output=True, text=True, check=True).stdout
     assert len(logs) == 2 and out.count("chose q8") >= 2 and "mean error over 2 logs" in out, out
+
+
+def test_codec_probes_wait_for_every_rank_before_each_timed_call():
+    """`before` (the probe's barrier) runs ahead of each timed call, untimed, not before the
+    warm-up: ranks that share cores then run each timed codec call at once."""
+    import time
+
+    events = []
+    t = A._best(lambda: events.append("call"), repeats=2, before=lambda: events.append("barrier") or time.sleep(0.05))
+    assert events == ["call", "barrier", "call", "barrier", "call"] and t < 0.04
+    seen = []
+    rates = A.codec_rates(("none", "q8"), n=1 << 16, together=lambda: seen.append(1))
+    assert [r[0] for r in rates] == ["q8"] and len(seen) == 2 * A.PROBE_REPEATS

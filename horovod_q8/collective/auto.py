@@ -206,11 +206,14 @@ def fusion_elements(name: str) -> int:
     return max(threshold, 0) // (2 if name == "fp16" else 4)
 
 
-def _best(fn: Callable[[], None], repeats: int = PROBE_REPEATS, warm: bool = True) -> float:
+def _best(fn: Callable[[], None], repeats: int = PROBE_REPEATS, warm: bool = True,
+          before: Callable[[], None] = lambda: None) -> float:
+    """The least time of `repeats` calls of fn; `before` runs ahead of each, untimed."""
     if warm:
         fn()  # the first call pays for buffers and connections
     best = math.inf
     for _ in range(repeats):
+        before()
         t = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - t)
@@ -218,14 +221,15 @@ def _best(fn: Callable[[], None], repeats: int = PROBE_REPEATS, warm: bool = Tru
 
 
 def codec_rates(names: Sequence[str], fp16_roundtrip: Optional[Callable[[int], None]] = None,
-                n: int = CODEC_ELEMENTS, xp=np, sync: Callable[[], None] = lambda: None
-                ) -> List[Tuple[str, float, float]]:
+                n: int = CODEC_ELEMENTS, xp=np, sync: Callable[[], None] = lambda: None,
+                together: Callable[[], None] = lambda: None) -> List[Tuple[str, float, float]]:
     """(name, encode, decode) elements/s of each quantized format (and fp16) on this machine,
-    with arrays of `xp` (CuPy: the GPU kernels, `sync` waiting for them)."""
+    with arrays of `xp` (CuPy: the GPU kernels, `sync` waiting for them); `together` (a
+    barrier) ahead of each timed call, so that ranks sharing cores run their codecs at once."""
     x = xp.asarray(probe_values(n))
 
     def timed(fn: Callable[[], object]) -> float:
-        return _best(lambda: (fn(), sync()))
+        return _best(lambda: (fn(), sync()), before=together)
 
     out = []
     for name in names:
@@ -244,22 +248,27 @@ def codec_rates(names: Sequence[str], fp16_roundtrip: Optional[Callable[[int], N
     return out
 
 
-def copy_rate(xp=np, sync: Callable[[], None] = lambda: None, n: int = COPY_ELEMENTS) -> float:
+def copy_rate(xp=np, sync: Callable[[], None] = lambda: None, n: int = COPY_ELEMENTS,
+              together: Callable[[], None] = lambda: None) -> float:
     """Bytes/s one copy of n float32 moves (read and written once each) on this machine."""
     x = xp.asarray(probe_values(n))
     dst = xp.empty_like(x)
-    return 4 * n / _best(lambda: (xp.copyto(dst, x), sync()))
+    return 4 * n / _best(lambda: (xp.copyto(dst, x), sync()), before=together)
 
 
 def measure(probe: Probe, allow: Sequence[str]) -> dict:
     """This rank's figures: the link's probe times, each allowed path's time at SMALL elements
     and the codec rates (a few hundred ms in all)."""
     t0 = time.perf_counter()
-    # every rank at once, as in a step: ranks that share cores share them here too (2 loopback
-    # ranks, Numba: a lone q8 tensor took twice the time predicted from rates timed at will)
-    probe.gather(None)
-    rates = codec_rates(allow, probe.fp16_roundtrip, xp=probe.xp, sync=probe.sync)  # first: loads the kernels
-    copy = copy_rate(probe.xp, probe.sync)
+    # each timed codec call on every rank at once, as in a step: ranks that share cores share
+    # them here too (2 loopback ranks, Numba: a lone q8 tensor took 183 ms where rates timed
+    # at will predicted 98, docs/runs/auto/2026-12-05-9f0d90d/loopback_numba.log)
+    def together() -> None:
+        probe.gather(None)
+
+    rates = codec_rates(allow, probe.fp16_roundtrip, xp=probe.xp, sync=probe.sync,
+                        together=together)  # first: loads the kernels
+    copy = copy_rate(probe.xp, probe.sync, together=together)
     paths = dict.fromkeys(("none", *allow))
     timed = [name for name in paths if not probe.traced or name in cost.UNCOMPRESSED]
     small = {name: _best(lambda: probe.send(name, SMALL), repeats=SMALL_REPEATS) for name in timed}
