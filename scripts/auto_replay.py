@@ -8,9 +8,7 @@ does to every cell measured, without measuring again.
 """
 from __future__ import annotations
 
-import json
 import math
-import re
 import sys
 from pathlib import Path
 from typing import Dict, List, Tuple
@@ -18,6 +16,7 @@ from typing import Dict, List, Tuple
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from horovod_q8.bench import auto_report  # noqa: E402
 from horovod_q8.collective import auto as A  # noqa: E402
 
 FORMATS = ("none", "fp16", "q8")
@@ -26,17 +25,12 @@ TENSOR = 25_600_000  # bench auto's one tensor
 
 def parse(path: Path) -> Tuple[A.Calibration, List[int], Dict[str, Dict[str, float]]]:
     """(calibration, ResNet-50's bucket sizes, measured ms per workload and compression)."""
-    text = re.sub(r"(?m)^\[\d+\]<std(?:out|err)>:", "", path.read_text())  # horovodrun's prefixes
-    found = re.search(r"^calibration: (\{.*\})$", text, re.M)
-    buckets = re.search(r"^ResNet-50 buckets \(elements\): (\[.*\])$", text, re.M)
-    if not found or not buckets:
+    log = auto_report.parse(path.read_text())
+    if log["calibration"] is None or log["buckets"] is None:
         raise SystemExit(f"{path}: no calibration or bucket line (logs of bench auto from ffa6e92 on)")
-    measured = {}
-    for section in re.split(r"^## ", text, flags=re.M)[1:]:
-        workload = "tensor" if section.startswith("hvd.allreduce") else "resnet"
-        measured[workload] = {m.group(1): float(m.group(2)) for m in
-                              re.finditer(r"^\| (none|fp16|q8|q4|auto) \| ([0-9.]+) \|", section, re.M)}
-    return A.Calibration.from_dict(json.loads(found.group(1))), json.loads(buckets.group(1)), measured
+    measured = {"tensor" if table["title"].startswith("hvd.allreduce") else "resnet": table["ms"]
+                for table in log["tables"]}
+    return A.Calibration.from_dict(log["calibration"]), log["buckets"], measured
 
 
 def replay(path: Path) -> Tuple[str, float]:

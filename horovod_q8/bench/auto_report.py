@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import re
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -22,8 +23,10 @@ TOLERANCE = 0.05
 
 
 def parse(text: str) -> Dict[str, object]:
-    """One log -> {"allow": [...], "calibration_ms": float, "kernels": str, "tables": [...]}.
-    horovodrun's "[0]<stdout>:" prefixes are dropped, other ranks' lines too."""
+    """One log -> {"allow": [...], "calibration_ms": float, "kernels": str, "tables": [...],
+    "calibration": the Calibration's dict, "buckets": ResNet-50's bucket sizes} (the last two
+    None in logs from before ffa6e92). horovodrun's "[0]<stdout>:" prefixes are dropped, other
+    ranks' lines too."""
     lines = []
     for line in text.splitlines():
         m = re.match(r"\[(\d+)\]<std(?:out|err)>:", line)
@@ -42,6 +45,10 @@ def parse(text: str) -> Dict[str, object]:
     out["first_use_ms"] = float(opened.group(1)) if opened else None
     k = re.search(r"codec kernels: (.*)", text)
     out["kernels"] = k.group(1).strip() if k else "?"
+    cal = re.search(r"^calibration: (\{.*\})$", text, re.M)
+    out["calibration"] = json.loads(cal.group(1)) if cal else None
+    buckets = re.search(r"^ResNet-50 buckets \(elements\): (\[.*\])$", text, re.M)
+    out["buckets"] = json.loads(buckets.group(1)) if buckets else None
     for block in text.split("\n## ")[1:]:
         title = block.splitlines()[0].strip()
         chose = re.search(r"Auto chose: (.*)", block)
