@@ -4,11 +4,11 @@
 // not run. Byte-for-byte the same as horovod_q8/formats/reference.py (docs/formats.md):
 // code = count(mids < x / scale).
 //
-// The 8-bit search is codec_x86.c's, 8 elements per instruction: the segment of evenly spaced
-// values from the binary exponent and one compare (at most 7 segments: lookups by segment are
-// one 8-entry permute), an affine estimate whose float bits hold the code, and where it is a tie
-// one exact compare with that midpoint (a gather from a table in L1); q4's count comes from two
-// mids looked up by binade.
+// The 8-bit search is one lookup in a table of cells (a float's bits >> 17: 64 cells per binade,
+// each holding at most one mid), whose entry gives the count below the cell and, added to the
+// float's low 17 bits, carries one more where the cell's mid lies below it; eight scalar loads
+// per vector, their indices moved out as four 64-bit words. q4's count comes from two mids
+// looked up by binade.
 // Built with -ffp-contract=off.
 #include <stdint.h>
 #include <string.h>
@@ -18,7 +18,6 @@
 #define INF_BITS 0x7F800000u
 #define NAN_BITS 0x7FC00000u
 #define AVX2 __attribute__((target("avx2")))
-#define EXP_LOW 96  // d_exp's first binade, 2**(96 - 127), as codec_x86.c
 #define PREFETCH_AHEAD 4096  // floats the absmax pass prefetches ahead of its loads (16 KB), as codec_x86.c
 #define STREAM_MIN_BYTES ((int64_t)32 << 20)  // decoded outputs from this size use streaming stores, as codec_x86.c
 
@@ -27,14 +26,18 @@ int hq8_avx2_supported(void) {
     return __builtin_cpu_supports("avx2");
 }
 
-// The tables of a symmetric 8-bit codebook (codes center - 127 .. center + 127) for the search.
+// The cell table of a symmetric 8-bit codebook (codes center - 127 .. center + 127) for the
+// search: a = |v|'s bits (plus one where v < 0: then the count is of mids <= |v|), cell
+// (a >> CELL_SHIFT) - lo, at least 0. Entry: ((center + the count of mids below the cell) << 24)
+// + 2**24 - 1 - t, t the low CELL_SHIFT bits of the cell's mid (2**CELL_SHIFT - 1 where it has
+// none), so that (entry + (a & CELL_MASK)) >> 24 is the code of a: the sum carries exactly where
+// a's low bits exceed t. Cell 0 (and everything below it) holds no mid.
+#define CELL_SHIFT 17
+#define CELL_MASK ((1 << CELL_SHIFT) - 1)
+#define CELLS_MAX 2048  // 32 binades: a first mid from 2**-31
 typedef struct {
-    int32_t mid_at[256];  // [center + j]: bits of the j-th positive mid, ascending, +Inf bits past the last
-    int32_t lows[8];      // bits of each segment's lowest mid, ascending, +Inf bits past the last
-    uint8_t d_exp[32];    // count of segments' lowest mids below 2**(e - 127) for e = 96..127
-    float c1[8], c0[8];   // by segment d: w = a * c1 - c0 estimates W + center + count(mids < a)
-    float w_hi[8];        // by d: W + the segment's highest code + 0.5: w's clamp (never below the lowest)
-    int32_t center;
+    int32_t cells[CELLS_MAX];
+    int32_t lo, center;
 } hq8_avx2_symmetric;
 
 static inline int64_t block_len(int64_t b, int64_t block, int64_t n) {
@@ -85,11 +88,11 @@ static inline float overflowed(float x) {
 }
 
 static uint8_t code_one(float v, const hq8_avx2_symmetric *T) {
-    int32_t b;
+    uint32_t b;
     memcpy(&b, &v, 4);
-    int32_t neg = b < 0, a = (b & (int32_t)ABS_MASK) + neg, cnt = 0;
-    for (int j = 0; j < 128; j++) cnt += T->mid_at[T->center + j] < a;
-    return (uint8_t)(neg ? T->center - cnt : T->center + cnt);
+    uint32_t neg = b >> 31, a = (b & ABS_MASK) + neg, cell = a >> CELL_SHIFT;
+    uint32_t code = ((uint32_t)T->cells[cell > (uint32_t)T->lo ? cell - (uint32_t)T->lo : 0] + (a & CELL_MASK)) >> 24;
+    return (uint8_t)(neg ? 2 * T->center - code : code);
 }
 
 // 8 codes (int32 lanes, 0..255) -> 8 bytes.
@@ -108,32 +111,30 @@ AVX2 static inline void store32_8(uint8_t *dst, __m256i c0, __m256i c1, __m256i 
     _mm256_storeu_si256((__m256i *)dst, _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
 
-// The codes of x / s for 8 elements, as codec_x86.c's codes16q (which has the argument) for
-// tables without its clamp_low: the segment d from a's exponent and one compare, w = a * c1[d] - c0[d] clamped to the segment's top, in [256, 512), where the float's bits 15-22 are the code and a zero fraction
-// (bits 0-14) is a tie; only a vector with a tie pays the exact comparison with that mid (a
-// gather from a table in L1). b: the bits of x / s (quot8). The code is the low byte of each lane.
-AVX2 static inline __attribute__((always_inline)) __m256i codes8(
-        __m256i b, const hq8_avx2_symmetric *T, __m256i d_lo, __m256i d_hi, __m256i lows, __m256 c1, __m256 c0,
-        __m256 w_hi, __m256i twice_center) {
+// The codes of x / s for 8 elements (b: the bits of x / s, quot8), in the low byte of each lane:
+// one cell lookup each (see hq8_avx2_symmetric). The indices leave the vector as four 64-bit
+// words, and the entries enter it by inserts from memory: on Zen 3, 0.50 ns per element from
+// memory against 0.57 through a store and eight index loads, 0.66 with _mm256_i32gather_epi32
+// and 0.61 for the segment search this replaced (docs/performance.md).
+AVX2 static inline __attribute__((always_inline)) __m256i codes8(__m256i b, const int32_t *cells, __m256i lo_bits,
+                                                                 __m256i twice_center) {
     __m256i neg = _mm256_srai_epi32(b, 31);  // -1 where the sign bit is set
     __m256i a = _mm256_sub_epi32(_mm256_and_si256(b, _mm256_set1_epi32((int)ABS_MASK)), neg);
-    // the segment: from a's binary exponent (at most one segment starts in a binade; two 16-byte
-    // lookups, bit 4 picks, and bytes 1-3 read d_exp[0] = 0), then one compare with the next
-    // segment's lowest mid
-    __m256i e = _mm256_srli_epi32(_mm256_subs_epu16(a, _mm256_set1_epi32(EXP_LOW << 23)), 23);  // exponent - 96, >= 0
-    __m256i d = _mm256_blendv_epi8(_mm256_shuffle_epi8(d_lo, e), _mm256_shuffle_epi8(d_hi, e), _mm256_slli_epi32(e, 3));
-    d = _mm256_sub_epi32(d, _mm256_cmpgt_epi32(a, _mm256_permutevar8x32_epi32(lows, d)));
-    __m256 w = _mm256_sub_ps(_mm256_mul_ps(_mm256_castsi256_ps(a), _mm256_permutevar8x32_ps(c1, d)),
-                             _mm256_permutevar8x32_ps(c0, d));
-    w = _mm256_min_ps(w, _mm256_permutevar8x32_ps(w_hi, d));
-    __m256i code = _mm256_srli_epi32(_mm256_castps_si256(w), 15);  // 256.0f's bits >> 15 (low byte 0) + the code
-    __m256i tie = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(w), _mm256_set1_epi32(0x7FFF)),
-                                     _mm256_setzero_si256());
-    if (_mm256_movemask_ps(_mm256_castsi256_ps(tie))) {  // w = W + center + j + 1: one less unless mid j < a
-        __m256i j = _mm256_sub_epi32(_mm256_and_si256(code, _mm256_set1_epi32(255)), _mm256_set1_epi32(1));
-        __m256i next = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), T->mid_at, j, tie, 4);
-        code = _mm256_add_epi32(code, _mm256_andnot_si256(_mm256_cmpgt_epi32(a, next), tie));
-    }
+    // (a >> 17) - lo, at least 0: lo << 17 has no bits in the low 16, so a saturating 16-bit
+    // subtraction takes it from the high half alone
+    __m256i cell = _mm256_srli_epi32(_mm256_subs_epu16(a, lo_bits), CELL_SHIFT);
+    __m128i l = _mm256_castsi256_si128(cell), h = _mm256_extracti128_si256(cell, 1);
+    uint64_t q0 = (uint64_t)_mm_cvtsi128_si64(l), q1 = (uint64_t)_mm_extract_epi64(l, 1);
+    uint64_t q2 = (uint64_t)_mm_cvtsi128_si64(h), q3 = (uint64_t)_mm_extract_epi64(h, 1);
+    __m128i e0 = _mm_cvtsi32_si128(cells[(uint32_t)q0]), e1 = _mm_cvtsi32_si128(cells[(uint32_t)q2]);
+    e0 = _mm_insert_epi32(e0, cells[q0 >> 32], 1);
+    e1 = _mm_insert_epi32(e1, cells[q2 >> 32], 1);
+    e0 = _mm_insert_epi32(e0, cells[(uint32_t)q1], 2);
+    e1 = _mm_insert_epi32(e1, cells[(uint32_t)q3], 2);
+    e0 = _mm_insert_epi32(e0, cells[q1 >> 32], 3);
+    e1 = _mm_insert_epi32(e1, cells[q3 >> 32], 3);
+    __m256i e = _mm256_inserti128_si256(_mm256_castsi128_si256(e0), e1, 1);
+    __m256i code = _mm256_srli_epi32(_mm256_add_epi32(e, _mm256_and_si256(a, _mm256_set1_epi32(CELL_MASK))), 24);
     return _mm256_blendv_epi8(code, _mm256_sub_epi32(twice_center, code), neg);
 }
 
@@ -147,11 +148,7 @@ AVX2 static inline __m256i quot8(const float *x, __m256 vs) {
 // (scripts/avx2_encode.py, docs/performance.md).
 AVX2 void hq8_avx2_encode8(const float *x, int64_t n, int64_t block, uint32_t *scale_bits, uint8_t *codes,
                            const hq8_avx2_symmetric *T) {
-    const __m256i lows = _mm256_loadu_si256((const __m256i *)T->lows);
-    const __m256i d_lo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)T->d_exp));
-    const __m256i d_hi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(T->d_exp + 16)));
-    const __m256 c1 = _mm256_loadu_ps(T->c1), c0 = _mm256_loadu_ps(T->c0);
-    const __m256 w_hi = _mm256_loadu_ps(T->w_hi);
+    const __m256i lo_bits = _mm256_set1_epi32(T->lo << CELL_SHIFT);
     const __m256i twice_center = _mm256_set1_epi32(2 * T->center);
     int64_t nb = block > 0 ? (n + block - 1) / block : 0;
     uint32_t next = nb ? absmax_bits(x, n < block ? n : block) : 0;
@@ -180,12 +177,12 @@ AVX2 void hq8_avx2_encode8(const float *x, int64_t n, int64_t block, uint32_t *s
         for (; i + 32 <= len; i += 32) {  // each quotient taken 32 elements ahead: the division heads the chain
             if (i < both) m = absmax32(m, nx + i);
             for (int q = 0; q < 4; q++) qn[q] = i + 64 <= len ? quot8(xs + i + 32 + 8 * q, vs) : qa[q];
-            for (int q = 0; q < 4; q++) c[q] = codes8(qa[q], T, d_lo, d_hi, lows, c1, c0, w_hi, twice_center);
+            for (int q = 0; q < 4; q++) c[q] = codes8(qa[q], T->cells, lo_bits, twice_center);
             store32_8(cs + i, c[0], c[1], c[2], c[3]);
             for (int q = 0; q < 4; q++) qa[q] = qn[q];
         }
         for (; i + 8 <= len; i += 8)
-            store8(cs + i, codes8(quot8(xs + i, vs), T, d_lo, d_hi, lows, c1, c0, w_hi, twice_center));
+            store8(cs + i, codes8(quot8(xs + i, vs), T->cells, lo_bits, twice_center));
         for (; i < len; i++) cs[i] = code_one(xs[i] / sc, T);
         next = absmax_rest(m, nx + both, nlen - both);
     }

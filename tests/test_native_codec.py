@@ -22,7 +22,6 @@ avx512 = pytest.mark.skipif(native.library() is None, reason="no AVX-512 CPU or 
 avx2 = pytest.mark.skipif(native.library_avx2() is None, reason="AVX-512 kernels in use, or no AVX2 / no C compiler")
 any_native = pytest.mark.skipif(not native.in_use(), reason="no native kernels here (x86-64 and a C compiler)")
 SIGNED8 = ["dynamic_tree", "linear", "mantissa", "static_tree"]
-AVX2_8 = ["dynamic_tree", "linear", "mantissa"]  # static_tree has 8 segments: Numba
 CHUNK = 1 << 24
 
 
@@ -63,7 +62,7 @@ def test_every_float_in_the_unit_interval_4bit():
 
 
 @avx2
-@pytest.mark.parametrize("name", AVX2_8)
+@pytest.mark.parametrize("name", SIGNED8)
 def test_every_float_in_the_unit_interval_avx2(name):
     every_unit_float(name, native.encode8, native.avx2_tables(name))
 
@@ -87,7 +86,7 @@ def near_mids(name: str, bits: int, scale: np.float32, rng: np.random.Generator)
 
 
 @avx2
-@pytest.mark.parametrize("name", AVX2_8)
+@pytest.mark.parametrize("name", SIGNED8)
 def test_avx2_codes_at_any_scale_match_the_search(name):
     """Blocks of every scale, from subnormal-adjacent to 2**127, give the Numba search's codes at
     every mid of the table times the scale and within 3 ulps of it (the unit-interval test only
@@ -114,6 +113,19 @@ def test_avx2_q4_takes_at_most_two_mids_per_binade(monkeypatch):
     crowded = np.sort(np.float32([0.3, 0.31, 0.32, 0.5, 0.6, 0.7, 0.8])).view(np.int32)
     monkeypatch.setattr(native, "tables", lambda name, bits: replace(t, positive_mid_bits=crowded))
     assert native.avx2_q4.__wrapped__("q4") is None
+
+
+def test_avx2_8bit_takes_at_most_one_mid_per_cell(monkeypatch):
+    """The AVX2 8-bit encoder looks up one mid by cell (64 per binade) and covers 2048 cells: a
+    table with two mids in one cell, or a first mid below 2**-31, is Numba's."""
+    t = codebooks.tables("dynamic_tree", 8)
+    assert native.avx2_tables("dynamic_tree") is not None
+    top = t.size - 2  # the largest positive mid
+    for where, value in ((top - 1, np.nextafter(t.mids[top], np.float32(0))), (t.zero_code, np.float32(2.0 ** -33))):
+        mids = t.mids.copy()
+        mids[where] = value  # the next to largest mid a float below the largest / a tiny first mid
+        monkeypatch.setattr(native, "tables", lambda name, bits, m=mids: replace(t, mids=m))
+        assert native.avx2_tables.__wrapped__("dynamic_tree") is None
 
 
 @avx512
@@ -163,7 +175,7 @@ def test_bytes_and_values_match_the_reference(n, block, base, name):
 
 @avx2
 def test_what_the_avx2_kernels_take():
-    assert native.avx2_tables("static_tree") is None  # 8 segments
+    assert all(native.avx2_tables(n) is not None for n in SIGNED8)
     assert all(native.avx2_tables(n + codebooks.UNSIGNED_SUFFIX) is None for n in SIGNED8)
     n = 4096
     assert isinstance(cpu.native_encoder(get("q8"), n), native.Avx2Tables)

@@ -5,7 +5,7 @@ the same bytes as the reference.
 AVX-512 (when the CPU has it): nearest-rounded 8-bit codebooks (q8 and the three other 8-bit
 tables), nearest-rounded q4, 4- and 2-bit threshold codes (with or without a residual), and
 decoding any 8-bit codebook or 4- or 2-bit format. AVX2 (where AVX-512 is missing):
-nearest-rounded 8-bit codebooks of at most 7 segments (q8, linear, mantissa), nearest-rounded
+nearest-rounded 8-bit codebooks (the four symmetric ones), nearest-rounded
 q4, 4- and 2-bit threshold codes, decoding any 8-, 4- or 2-bit format, and the sum of every rank's codes in one pass. Everything
 else, or HOROVOD_Q8_NATIVE=0, keeps the Numba kernels; HOROVOD_Q8_NATIVE=avx2 uses the AVX2
 kernels on a CPU with AVX-512 too (so that they can be tested there). Each table is checked
@@ -37,6 +37,7 @@ INF_BITS = 0x7F800000
 EXP_LOW = 96  # the kernel's exponent table covers binades 2**(96-127) .. 2**0
 W_OFFSET = 256  # the 8-bit estimate counts from 256 + center: in [256, 512) a float's bits hold the code
 _I32, _F32 = ctypes.c_int32, ctypes.c_float
+AVX2_CELL_SHIFT, AVX2_CELLS_MAX = 17, 2048  # the AVX2 8-bit encoder's cells: a's bits >> 17, at most 2048
 
 
 class SymmetricTables(ctypes.Structure):
@@ -63,8 +64,7 @@ class Avx2Q4(ctypes.Structure):
 class Avx2Tables(ctypes.Structure):
     """The AVX2 kernel's `hq8_avx2_symmetric`: field for field, see kernels/codec_avx2.c."""
 
-    _fields_ = [("mid_at", _I32 * 256), ("lows", _I32 * 8), ("d_exp", ctypes.c_uint8 * 32), ("c1", _F32 * 8), ("c0", _F32 * 8), ("w_hi", _F32 * 8),
-                ("center", _I32)]
+    _fields_ = [("cells", _I32 * AVX2_CELLS_MAX), ("lo", _I32), ("center", _I32)]
 
 
 def cache_dir() -> Path:
@@ -301,21 +301,29 @@ def cells4(name: str) -> Optional[Cells4]:
 
 @functools.lru_cache(maxsize=None)
 def avx2_tables(name: str) -> Optional[Avx2Tables]:
-    """The AVX2 kernel's tables for 8-bit codebook `name`, or None where it does not fit: the
-    AVX-512 kernel's estimate (`symmetric_tables`), at most 7 segments (a segment's constants
-    are one 8-entry permute) and no clamp at a segment's lower end (see kernels/codec_avx2.c)."""
-    S, sym = symmetric_tables(name), _symmetric(name)
-    if S is None or len(sym[3]) > 7 or S.clamp_low:
+    """The AVX2 8-bit encoder's cell table for codebook `name`, or None where it does not fit:
+    255 values symmetric about 0 (exactly), at most one positive mid in each cell (a's bits >>
+    AVX2_CELL_SHIFT) and at most AVX2_CELLS_MAX cells from the one below the first mid's to
+    that of the largest a, 1.0's bits plus one (see kernels/codec_avx2.c)."""
+    sym = _symmetric(name)
+    if sym is None:
         return None
-    c, _, pm, segs, lows = sym
+    c, pm = sym[0], sym[2].view(np.int32).astype(np.int64)
+    mask = (1 << AVX2_CELL_SHIFT) - 1
+    lo = int(pm[0] >> AVX2_CELL_SHIFT) - 1  # cell 0 (and all below, clamped to it) holds no mid
+    n = (A_TOP >> AVX2_CELL_SHIFT) - lo + 1
+    cell = (pm >> AVX2_CELL_SHIFT) - lo
+    if n > AVX2_CELLS_MAX or np.bincount(cell).max() > 1:
+        return None
+    starts = (lo + np.arange(n, dtype=np.int64)) << AVX2_CELL_SHIFT
+    below = np.searchsorted(pm, starts)  # mids below each cell's lowest a
+    t = np.full(n, mask, np.int64)
+    t[cell] = pm & mask
+    cells = np.zeros(AVX2_CELLS_MAX, np.int64)
+    cells[:n] = ((c + below) << 24) + (1 << 24) - 1 - t
     T = Avx2Tables()
-    mid_at = np.full(256, INF_BITS, np.int32)
-    mid_at[c: c + len(pm)] = pm.view(np.int32)
-    T.mid_at[:] = mid_at.tolist()
-    T.lows[:] = np.concatenate([lows.view(np.int32), np.full(8 - len(segs), INF_BITS, np.int32)]).tolist()
-    T.d_exp[:] = S.d_exp[:]
-    T.c1[:], T.c0[:], T.w_hi[:] = S.c1[:8], S.c0[:8], S.w_hi[:8]
-    T.center = c
+    T.cells[:] = cells.astype(np.uint32).view(np.int32).tolist()
+    T.lo, T.center = lo, c
     return T
 
 
