@@ -114,8 +114,8 @@ AVX2 static inline void store32_8(uint8_t *dst, __m256i c0, __m256i c1, __m256i 
 // The codes of x / s for 8 elements (b: the bits of x / s, quot8), in the low byte of each lane:
 // one cell lookup each (see hq8_avx2_symmetric). The indices leave the vector as four 64-bit
 // words, and the entries enter it by inserts from memory: on Zen 3, 0.50 ns per element from
-// memory against 0.57 through a store and eight index loads, 0.66 with _mm256_i32gather_epi32
-// and 0.61 for the segment search this replaced (docs/performance.md).
+// memory against 0.61 through a store and eight index loads or with _mm256_i32gather_epi32, and
+// 0.61 for the segment search this replaced (docs/performance.md).
 AVX2 static inline __attribute__((always_inline)) __m256i codes8(__m256i b, const int32_t *cells, __m256i lo_bits,
                                                                  __m256i twice_center) {
     __m256i neg = _mm256_srai_epi32(b, 31);  // -1 where the sign bit is set
