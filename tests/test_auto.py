@@ -308,6 +308,27 @@ def test_only_a_fast_link_times_large_twice_and_huge(monkeypatch, large_s, fast)
     assert bool(figures["huge"]) == fast and (("fp16", A.HUGE) in calls) == fast
 
 
+def test_a_cheap_huge_timing_counts_as_the_median_of_three(monkeypatch):
+    """One 64 MiB allreduce is the noisiest probe: where it is cheap on every rank it is timed
+    three times and the median counts (a slow call and a fast one leave the typical one)."""
+    import time
+
+    monkeypatch.setattr(A, "codec_rates", lambda *a, **k: [])
+    # none: a warm-up, then 2, 20 and 1 ms; fp16 (not warmed) 200 ms, dearer than a repeat is worth
+    huge_s = {"none": [0.0, 0.002, 0.02, 0.001], "fp16": [0.2]}
+    calls = []
+
+    def send(name: str, n: int) -> None:
+        if n == A.HUGE:
+            time.sleep(huge_s[name][calls.count((name, n))])
+        calls.append((name, n))
+
+    probe = A.Probe(1, send=send, allgather=lambda nbytes: None, gather=lambda mine: [mine])
+    figures = A.measure(probe, ("none", "fp16"))
+    assert calls.count(("none", A.HUGE)) == 4 and calls.count(("fp16", A.HUGE)) == 1  # none: warm-up + 3
+    assert 0.002 <= figures["huge"]["none"] < 0.015 and figures["huge"]["fp16"] >= 0.2
+
+
 def test_a_traced_frontend_times_only_horovods_own_paths_at_small(monkeypatch):
     """TensorFlow steps run the compressed path traced: its fixed cost is that of its two
     collectives (Horovod's allreduce of the control tensor and the allgather of the codes), not
