@@ -308,6 +308,18 @@ def test_only_a_fast_link_times_large_twice_and_huge(monkeypatch, large_s, fast)
     assert bool(figures["huge"]) == fast and (("fp16", A.HUGE) in calls) == fast
 
 
+def test_the_codec_and_the_copy_are_timed_twice_and_the_faster_pass_counts(monkeypatch):
+    """A slow spell of the machine over one pass of the codec probes leaves the other: the codec
+    rates and the copy are measured first and again last, each figure the faster of the two."""
+    passes = iter([[("q8", 1e9, 3e9), ("fp16", 2e9, 2e9)], [("q8", 2e9, 1e9), ("fp16", 1e9, 1e9)]])
+    copies = iter([4e9, 8e9])
+    monkeypatch.setattr(A, "codec_rates", lambda *a, **k: next(passes))
+    monkeypatch.setattr(A, "copy_rate", lambda *a, **k: next(copies))
+    probe, _ = _link_probe(large_s=0.1, slow_small_calls=0)
+    figures = A.measure(probe, ("none", "fp16", "q8"))
+    assert figures["rates"] == [("q8", 2e9, 3e9), ("fp16", 2e9, 2e9)] and figures["copy"] == 8e9
+
+
 def test_a_cheap_huge_timing_counts_as_the_median_of_three(monkeypatch):
     """One 64 MiB allreduce is the noisiest probe: where it is cheap on every rank it is timed
     three times and the median counts (a slow call and a fast one leave the typical one)."""
