@@ -30,8 +30,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=9, help="rounds from memory (in L2: 100x as many)")
     p.add_argument("--elements", type=int, default=25_600_000, help="float32 elements of the from-memory row")
     args = p.parse_args()
-    baseline_backend(args.baseline)  # the revision's native.py (its tables) and kernels/, as hq8_baseline_native
-    old = sys.modules["hq8_baseline_native"]
+    old = baseline_backend(args.baseline)[1].native  # the revision's native.py (its tables) and kernels/
     sides = {"this tree": native, args.baseline: old}  # each kernel with the tables its own native.py builds
     libs = {k: m.load_variant(f"codec_avx2_{i}.c", m.kernel_source("codec_avx2.c"), "avx2")
             for i, (k, m) in enumerate(sides.items())}

@@ -273,9 +273,11 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
     def together() -> None:
         probe.gather(None)
 
-    rates = codec_rates(allow, probe.fp16_roundtrip, xp=probe.xp, sync=probe.sync,
-                        together=together)  # first: loads the kernels
-    copy = copy_rate(probe.xp, probe.sync, together=together)
+    def codec_and_copy(warm: bool) -> Tuple[List[Tuple[str, float, float]], float]:
+        return (codec_rates(allow, probe.fp16_roundtrip, xp=probe.xp, sync=probe.sync, together=together, warm=warm),
+                copy_rate(probe.xp, probe.sync, together=together))
+
+    rates, copy = codec_and_copy(warm=True)  # first: loads the kernels
     paths = dict.fromkeys(("none", *allow))
     timed = [name for name in paths if not probe.traced or name in cost.UNCOMPRESSED]
     small = {name: _best(lambda: probe.send(name, SMALL), repeats=SMALL_REPEATS) for name in timed}
@@ -306,9 +308,9 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
     # a calibration in a slow spell of this VM measured q8's encode at 1.03 G elements/s and a
     # copy at 5.4 GB/s, where the run before measured 1.81 and 8.6, and sent ResNet-50 as fp16,
     # 8.7% slower than q8 (2 unshaped hosts, AVX2, docs/runs/auto/2026-12-05-75334f4)
-    again = codec_rates(allow, probe.fp16_roundtrip, xp=probe.xp, sync=probe.sync, together=together, warm=False)
+    again, copy_again = codec_and_copy(warm=False)
     rates = [(name, max(enc, enc2), max(dec, dec2)) for (name, enc, dec), (_, enc2, dec2) in zip(rates, again)]
-    copy = max(copy, copy_rate(probe.xp, probe.sync, together=together))
+    copy = max(copy, copy_again)
     return {"small": small, "large": large, "huge": huge, "gather_small": gathered_small, "gather": gathered,
             "rates": rates, "copy": copy,
             "seconds": time.perf_counter() - t0}
