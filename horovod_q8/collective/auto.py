@@ -404,21 +404,27 @@ class AutoPlan:
         """Predicted seconds of one allreduce of n elements sent as `name`; within a step of
         `step` elements reduced together, Horovod's own paths (none, fp16) cost their share of
         the message Horovod fuses them into (up to its fusion threshold): on a CPU-bound link a
-        64 MiB message moves at half the rate per element of a 16 MiB one. fp16's casts, one op
-        per tensor, then run beside the other tensors' transfers, so the time they take at the
-        measured rate does not count. (Leaving out their share of the fitted line instead, its
-        factor that of Gloo's slow sum of halves, chose fp16 on 2 loopback ranks where it was
-        2.7x slower than none.) A quantized bucket within a step is also copied twice, its
+        64 MiB message moves at half the rate per element of a 16 MiB one. Such a fused message
+        is also copied once more than a lone tensor (Horovod copies a message of several tensors
+        into its fusion buffer and out again, and passes a lone one to MPI as it is): one copy of
+        the bytes sent at the measured copy rate. fp16's casts count in full: on a fast link
+        there is too little transfer to hide them (2 hosts at 10 Gbit/s, AVX2: leaving them out
+        put ResNet-50's fp16 step at 91 ms, measured 118). A quantized bucket within a step is also copied twice, its
         tensors concatenated into it and its sum split out (2 unshaped hosts, AVX2: ResNet-50's
         214 gradients in 8 buckets took 110 ms with q8, 8 tensors of the same sizes 71-82)."""
         if name in cost.UNCOMPRESSED:
             fused = min(step, fusion_elements(name))
             if fused > n:
-                moved = max(self.predict(name, fused), self.model(name, fused)) - self.model(name, fused, "codec")
-                return n / fused * moved
+                moved = max(self.predict(name, fused), self.model(name, fused))
+                return n / fused * moved + self._copies(name, n, 1)
         a, k = self.fit(name, n)
-        copies = 8 * n / self.calibration.copy_rate if step > n and self.calibration.copy_rate > 0 else 0.0
-        return a + k * self.model(name, n) + copies
+        return a + k * self.model(name, n) + (self._copies(name, n, 2) if step > n else 0.0)
+
+    def _copies(self, name: str, n: int, count: int) -> float:
+        """Seconds of `count` memory copies of n elements as `name` sends them (float32 for the
+        quantized formats, whose buckets are concatenated and split out before and after coding)."""
+        rate = self.calibration.copy_rate
+        return count * (2 if name == "fp16" else 4) * n / rate if rate > 0 else 0.0
 
     def choose(self, n: int, step: int = 0) -> Choice:
         """The format for a bucket of n elements (alone, or within a step of `step` elements)."""
