@@ -46,6 +46,13 @@ HUGE, HUGE_BELOW_S = 1 << 24, 0.06
 # across four runs, where the lone 25.6M-element tensor measured 4.1-4.8, and extrapolated to
 # it, the low ones kept float32 where q8 was 28% faster (docs/runs/auto/2026-12-05-88a01db).
 HUGE_AGAIN_BELOW_S = 0.15
+# Where the frontend fuses (Horovod's TensorFlow reducer), Horovod's own paths are timed at HUGE as
+# one grouped allreduce of this many tensors, as Horovod fuses a step's tensors: copied into its
+# fusion buffer and out, where a lone tensor goes to MPI as it is. Timed alone, none's 64 MiB put
+# ResNet-50's step 11-20% under what it measured on 2 hosts at 10 Gbit/s and unshaped, and 40-50%
+# over it on 2 loopback ranks, where Gloo moves a fused message faster than a lone tensor
+# (docs/runs/auto/2026-12-06-fdbd841).
+FUSED_PARTS = 4
 FUSION_ENV, DEFAULT_FUSION_THRESHOLD = "HOROVOD_FUSION_THRESHOLD", 64 << 20  # Horovod's, in bytes
 PATTERN = 1 << 16  # probe values: a random normal block this long, repeated
 CODEC_ELEMENTS = 1 << 21  # elements each codec rate is measured on: enough that threads' start-up does not count
@@ -178,6 +185,9 @@ class Probe:
     allgather(nbytes): every rank's nbytes uint8 to every rank, as the compressed path sends codes.
     gather(obj): every rank's obj, in rank order (an allgather_object).
     fp16_roundtrip(n): the frontend's float32 -> float16 -> float32 casts of n elements.
+    send_fused(name, n): where the frontend leaves a step's none and fp16 tensors to Horovod's
+    fusion, one grouped allreduce of n elements in FUSED_PARTS tensors sent as `name`; None
+    where buckets go alone (horovod.torch's per-tensor choices, DDP's buckets).
     traced: the frontend runs its compressed path traced (TensorFlow's steps and tf.function
     calls). A quantized path's fixed cost is then that of its two collectives, Horovod's
     allreduce of the control tensor and the allgather of the codes, each timed at SMALL, not
@@ -193,6 +203,7 @@ class Probe:
     xp: object = np  # where the codec runs: NumPy (CPU kernels) or CuPy (GPU tensors)
     sync: Callable[[], None] = lambda: None  # waits for the device (CuPy's kernels are asynchronous)
     traced: bool = False
+    send_fused: Optional[Callable[[str, int], None]] = None
 
 
 def probe_values(n: int) -> np.ndarray:
@@ -299,10 +310,11 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
                  for name, t in large.items()}
         gathered = min(gathered, _best(lambda: probe.allgather(LARGE), repeats=1, warm=False))
         # the first 64 MiB allreduce pays for Horovod's and the transport's buffers (2.3x here)
+        send_huge = probe.send_fused or probe.send
         for i, name in enumerate(own):
-            huge[name] = _best(lambda: probe.send(name, HUGE), repeats=1, warm=i == 0)
+            huge[name] = _best(lambda: send_huge(name, HUGE), repeats=1, warm=i == 0)
             if max(probe.gather(huge[name])) < HUGE_AGAIN_BELOW_S:  # every rank decides alike
-                more = [_best(lambda: probe.send(name, HUGE), repeats=1, warm=False) for _ in range(2)]
+                more = [_best(lambda: send_huge(name, HUGE), repeats=1, warm=False) for _ in range(2)]
                 huge[name] = statistics.median([huge[name], *more])
     # the codec and the copy, the cheap figures, once more at the end, the faster pass counting:
     # a calibration in a slow spell of this VM measured q8's encode at 1.03 G elements/s and a
@@ -404,27 +416,21 @@ class AutoPlan:
         """Predicted seconds of one allreduce of n elements sent as `name`; within a step of
         `step` elements reduced together, Horovod's own paths (none, fp16) cost their share of
         the message Horovod fuses them into (up to its fusion threshold): on a CPU-bound link a
-        64 MiB message moves at half the rate per element of a 16 MiB one. Such a fused message
-        is also copied once more than a lone tensor (Horovod copies a message of several tensors
-        into its fusion buffer and out again, and passes a lone one to MPI as it is): one copy of
-        the bytes sent at the measured copy rate. fp16's casts count in full: on a fast link
-        there is too little transfer to hide them (2 hosts at 10 Gbit/s, AVX2: leaving them out
-        put ResNet-50's fp16 step at 91 ms, measured 118). A quantized bucket within a step is also copied twice, its
+        64 MiB message moves at half the rate per element of a 16 MiB one (and where the probe
+        fuses, its HUGE point is such a message, fusion buffer copies included). fp16's casts
+        count in full: on a fast link there is too little transfer to hide them (2 hosts at
+        10 Gbit/s, AVX2: leaving them out put ResNet-50's fp16 step at 91 ms, measured 118). A
+        quantized bucket within a step is also copied twice, its
         tensors concatenated into it and its sum split out (2 unshaped hosts, AVX2: ResNet-50's
         214 gradients in 8 buckets took 110 ms with q8, 8 tensors of the same sizes 71-82)."""
         if name in cost.UNCOMPRESSED:
             fused = min(step, fusion_elements(name))
             if fused > n:
                 moved = max(self.predict(name, fused), self.model(name, fused))
-                return n / fused * moved + self._copies(name, n, 1)
+                return n / fused * moved
         a, k = self.fit(name, n)
-        return a + k * self.model(name, n) + (self._copies(name, n, 2) if step > n else 0.0)
-
-    def _copies(self, name: str, n: int, count: int) -> float:
-        """Seconds of `count` memory copies of n elements as `name` sends them (float32 for the
-        quantized formats, whose buckets are concatenated and split out before and after coding)."""
-        rate = self.calibration.copy_rate
-        return count * (2 if name == "fp16" else 4) * n / rate if rate > 0 else 0.0
+        copies = 8 * n / self.calibration.copy_rate if step > n and self.calibration.copy_rate > 0 else 0.0
+        return a + k * self.model(name, n) + copies
 
     def choose(self, n: int, step: int = 0) -> Choice:
         """The format for a bucket of n elements (alone, or within a step of `step` elements)."""

@@ -17,7 +17,8 @@ import numpy as np
 import tensorflow as tf
 
 from horovod_q8.collective import policy
-from horovod_q8.collective.auto import DEFAULT_ALLOW, AutoCompressorBase, AutoPlan, Probe, make_auto, probe_values
+from horovod_q8.collective.auto import (DEFAULT_ALLOW, FUSED_PARTS, AutoCompressorBase, AutoPlan, Probe, make_auto,
+                                        probe_values)
 from horovod_q8.tensorflow.compressor import AGREEMENTS, _gather, agree, compressor
 
 _LOG = logging.getLogger("horovod_q8")
@@ -48,6 +49,13 @@ def probe(compressors: Dict[str, Any]) -> Probe:
         first(hvd.allreduce(values(n, tf.float32), op=hvd.Sum, compression=compressors[name],
                             name=f"horovod_q8.auto.{k}.{name}.{n}"))
 
+    def send_fused(name: str, n: int) -> None:
+        # as the fused reducer leaves a step's none and fp16 tensors to Horovod, which fuses them
+        part = values(n // FUSED_PARTS, tf.float32)
+        out = hvd.grouped_allreduce([part] * FUSED_PARTS, op=hvd.Sum, compression=compressors[name],
+                                    name=f"horovod_q8.auto.{k}.fused.{name}.{n}")
+        first(out[-1])
+
     def allgather(nbytes: int) -> None:
         first(hvd.allgather(values(nbytes, tf.uint8), name=f"horovod_q8.auto.{k}.allgather.{nbytes}"))
 
@@ -59,7 +67,7 @@ def probe(compressors: Dict[str, Any]) -> Probe:
     def fp16_roundtrip(n: int) -> None:
         first(tf.cast(tf.cast(values(n, tf.float32), tf.float16), tf.float32))
 
-    return Probe(hvd.size(), send, allgather, gather, fp16_roundtrip, traced=True)
+    return Probe(hvd.size(), send, allgather, gather, fp16_roundtrip, traced=True, send_fused=send_fused)
 
 
 def _agree(statement: Any, label: str) -> None:
