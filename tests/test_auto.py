@@ -179,7 +179,7 @@ def test_codec_rates_on_the_device_run_the_cuda_kernels(cp):
     synced = []
     rates = A.codec_rates(("none", "fp16", "q8"), n=1 << 12, xp=cp, sync=lambda: synced.append(1))
     assert [r[0] for r in rates] == ["fp16", "q8"] and all(r[1] > 0 and r[2] > 0 for r in rates)
-    assert len(synced) >= 3 * (A.PROBE_REPEATS + 1)  # every timed call waited for the device
+    assert len(synced) == 3 * 2  # the warm-up and the timed batch of each probe waited for the device
 
 
 def test_options_go_to_the_formats_they_apply_to():
@@ -416,4 +416,7 @@ def test_codec_probes_wait_for_every_rank_before_each_timed_call():
     assert events == ["call", "barrier", "call", "barrier", "call"] and t < 0.04
     seen = []
     rates = A.codec_rates(("none", "q8"), n=1 << 16, together=lambda: seen.append(1))
-    assert [r[0] for r in rates] == ["q8"] and len(seen) == 2 * A.PROBE_REPEATS
+    assert [r[0] for r in rates] == ["q8"] and len(seen) == 2  # one timing (a batch) per probe
+    calls = []
+    A.codec_rates(("fp16",), fp16_roundtrip=calls.append, n=8, together=lambda: calls.append("barrier"))
+    assert calls == [8, "barrier"] + [8] * A.PROBE_BATCH  # warm-up, then the batch after the barrier

@@ -57,7 +57,12 @@ FUSION_ENV, DEFAULT_FUSION_THRESHOLD = "HOROVOD_FUSION_THRESHOLD", 64 << 20  # H
 PATTERN = 1 << 16  # probe values: a random normal block this long, repeated
 CODEC_ELEMENTS = 1 << 21  # elements each codec rate is measured on: enough that threads' start-up does not count
 COPY_ELEMENTS = 1 << 23  # float32 elements of the memory-copy probe: 32 MiB each way, more than a cache holds
-PROBE_REPEATS = 2  # timed calls of a codec probe, after one warm-up; the least counts
+PROBE_REPEATS = 2  # timed calls of the copy probe, after one warm-up; the least counts
+# calls in one codec timing, back to back after the ranks' barrier: ranks that share cores leave
+# it a fraction of a ms apart, and one call of 2M elements can take less (2 loopback ranks, Numba,
+# 2 threads each: q8's encode measured at 1.31 G elements/s in one calibration, 0.42-0.43 in the
+# two before, and Auto sent ResNet-50 as q8, 8.7% behind float32, docs/runs/auto/2026-12-06-b276418)
+PROBE_BATCH = 3
 # timed calls of each path's SMALL allreduce: a few ms each, and on shared cores one in two or
 # three is slowed by the other rank (2 loopback ranks: q8's 6.2 ms in one calibration, 14.8 in
 # the next, best of 2 each, docs/runs/auto/2026-12-05-867c21c/loopback_avx2.log)
@@ -242,12 +247,15 @@ def codec_rates(names: Sequence[str], fp16_roundtrip: Optional[Callable[[int], N
                 together: Callable[[], None] = lambda: None, warm: bool = True) -> List[Tuple[str, float, float]]:
     """(name, encode, decode) elements/s of each quantized format (and fp16) on this machine,
     with arrays of `xp` (CuPy: the GPU kernels, `sync` waiting for them); `together` (a
-    barrier) ahead of each timed call, so that ranks sharing cores run their codecs at once;
-    warm: a warm-up call ahead of each timed pair."""
+    barrier) ahead of each probe's one timing, of PROBE_BATCH calls, so that ranks sharing cores
+    run their codecs at once; warm: a warm-up call ahead of it."""
     x = xp.asarray(probe_values(n))
 
     def timed(fn: Callable[[], object]) -> float:
-        return _best(lambda: (fn(), sync()), warm=warm, before=together)
+        if warm:
+            fn(), sync()
+        return _best(lambda: ([fn() for _ in range(PROBE_BATCH)], sync()), repeats=1, warm=False,
+                     before=together) / PROBE_BATCH
 
     out = []
     for name in names:
