@@ -48,10 +48,11 @@ HUGE, HUGE_BELOW_S = 1 << 24, 0.06
 HUGE_AGAIN_BELOW_S = 0.15
 # Where the frontend fuses (Horovod's TensorFlow reducer), Horovod's own paths are timed at HUGE as
 # one grouped allreduce of this many tensors, as Horovod fuses a step's tensors: copied into its
-# fusion buffer and out, where a lone tensor goes to MPI as it is. Timed alone, none's 64 MiB put
-# ResNet-50's step 11-20% under what it measured on 2 hosts at 10 Gbit/s and unshaped, and 40-50%
-# over it on 2 loopback ranks, where Gloo moves a fused message faster than a lone tensor
-# (docs/runs/auto/2026-12-06-fdbd841).
+# fusion buffer and out, where a lone tensor goes to MPI as it is. Timed alone, with a copy of the
+# message added at the measured copy rate, none's 64 MiB put ResNet-50's step 10-19% under what it
+# took in 3 of 4 logs of emulated hosts, and 29-52% over it on 2 loopback ranks, where Gloo moved
+# the fused step faster than the lone tensor (129-142 ms against 163-188,
+# docs/runs/auto/2026-12-06-fdbd841).
 FUSED_PARTS = 4
 FUSION_ENV, DEFAULT_FUSION_THRESHOLD = "HOROVOD_FUSION_THRESHOLD", 64 << 20  # Horovod's, in bytes
 PATTERN = 1 << 16  # probe values: a random normal block this long, repeated
