@@ -59,10 +59,11 @@ PATTERN = 1 << 16  # probe values: a random normal block this long, repeated
 CODEC_ELEMENTS = 1 << 21  # elements each codec rate is measured on: enough that threads' start-up does not count
 COPY_ELEMENTS = 1 << 23  # float32 elements of the memory-copy probe: 32 MiB each way, more than a cache holds
 PROBE_REPEATS = 2  # timed calls of the copy probe, after one warm-up; the least counts
-# calls in one codec timing, back to back after the ranks' barrier: ranks that share cores leave
-# it a fraction of a ms apart, and one call of 2M elements can take less (2 loopback ranks, Numba,
-# 2 threads each: q8's encode measured at 1.31 G elements/s in one calibration, 0.42-0.43 in the
-# two before, and Auto sent ResNet-50 as q8, 8.7% behind float32, docs/runs/auto/2026-12-06-b276418)
+# calls in one codec timing, back to back after the ranks' barrier: ranks that share cores do not
+# leave it at the same instant, and a single short call of one rank can run while the other's has
+# ended (2 loopback ranks, Numba, 2 threads each, single calls: q8's encode measured at 1.31 G
+# elements/s in one calibration, 0.42-0.43 in the two before, and Auto sent ResNet-50 as q8, 8.7%
+# behind float32, docs/runs/auto/2026-12-06-b276418)
 PROBE_BATCH = 3
 # timed calls of each path's SMALL allreduce: a few ms each, and on shared cores one in two or
 # three is slowed by the other rank (2 loopback ranks: q8's 6.2 ms in one calibration, 14.8 in
@@ -254,7 +255,8 @@ def codec_rates(names: Sequence[str], fp16_roundtrip: Optional[Callable[[int], N
 
     def timed(fn: Callable[[], object]) -> float:
         if warm:
-            fn(), sync()
+            fn()
+            sync()
         return _best(lambda: ([fn() for _ in range(PROBE_BATCH)], sync()), repeats=1, warm=False,
                      before=together) / PROBE_BATCH
 
@@ -429,9 +431,9 @@ class AutoPlan:
         fuses, its HUGE point is such a message, fusion buffer copies included). fp16's casts
         count in full: on a fast link there is too little transfer to hide them (2 hosts at
         10 Gbit/s, AVX2: leaving them out put ResNet-50's fp16 step at 91 ms, measured 118). A
-        quantized bucket within a step is also copied twice, its
-        tensors concatenated into it and its sum split out (2 unshaped hosts, AVX2: ResNet-50's
-        214 gradients in 8 buckets took 110 ms with q8, 8 tensors of the same sizes 71-82)."""
+        quantized bucket within a step is also copied twice, its tensors concatenated into it
+        and its sum split out (2 unshaped hosts, AVX2: ResNet-50's 214 gradients in 8 buckets
+        took 110 ms with q8, 8 tensors of the same sizes 71-82)."""
         if name in cost.UNCOMPRESSED:
             fused = min(step, fusion_elements(name))
             if fused > n:
