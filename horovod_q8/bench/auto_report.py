@@ -81,7 +81,7 @@ def rows(logs: Dict[str, Dict[str, object]], fixed: List[str]) -> List[List[obje
     return table
 
 
-def plot(table: List[List[object]], fixed: List[str], path: Path) -> None:
+def plot(table: List[List[object]], fixed: List[str], path: Path, source: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -102,7 +102,7 @@ def plot(table: List[List[object]], fixed: List[str], path: Path) -> None:
     ax.axhline(1.0, color="k", lw=0.5)
     ax.set_ylim(0, 3.5)
     ax.legend(ncol=len(names), fontsize=8)
-    ax.set_title("Auto against every fixed compression, 2 ranks (scripts/bench_auto.sh)")
+    ax.set_title(f"Auto against every fixed compression, 2 ranks (scripts/bench_auto.sh, {source})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -120,10 +120,11 @@ def main(argv: Optional[list] = None) -> None:
     text = markdown(["link", "kernels", "workload", *[f"{f} ms" for f in fixed], "auto ms", "Auto chose",
                      "auto vs fastest allowed", "auto vs none", "ms: paths' first use / calibration / again warm", "targets"], table)
     print(text)
+    source = Path(args.logs).resolve().name  # <date>-<commit>, as bench_auto.sh names the folder
     if args.markdown:
-        Path(args.markdown).write_text(text + "\n")
+        Path(args.markdown).write_text(f"`bash scripts/bench_auto.sh`, logs in docs/runs/auto/{source}/\n\n{text}\n")
     if args.plot:
-        plot(table, fixed, Path(args.plot))
+        plot(table, fixed, Path(args.plot), source)
 
 
 if __name__ == "__main__":
