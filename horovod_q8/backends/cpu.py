@@ -120,10 +120,7 @@ def decode(buf: np.ndarray, fmt: Format, n: int, out: Optional[np.ndarray] = Non
         return out
     if out.flags.c_contiguous and avx2_decodes(fmt, n):
         return _sum([buf], fmt, n, out, scale, native.decode_values(fmt), "avx2", accumulate)
-    K.kernel("decode", n)(buf[4 * nb:], n, fmt.block_for(n), buf[: 4 * nb].view(np.float32), fmt.has_scales,
-                          fmt.decode_table(), fmt.bits, out, accumulate)
-    if scale != 1.0:
-        out *= np.float32(scale)
+    _numba_decode([buf], fmt, n, out, K.ACCUMULATE if accumulate else K.DECODE, scale)
     return out
 
 
@@ -136,7 +133,25 @@ def decode_sum(bufs: Sequence[np.ndarray], fmt: Format, n: int, out: np.ndarray,
             return _sum(bufs, fmt, n, out, scale, nt, "avx512")
         if avx2_decodes(fmt, n):
             return _sum(bufs, fmt, n, out, scale, native.decode_values(fmt), "avx2")
+        if len(bufs) >= 2:  # Numba: the first two parts in one pass, each further one added in one
+            last = len(bufs) - 1
+            _numba_decode(bufs[:2], fmt, n, out, K.PAIR, scale if last == 1 else 1.0)
+            for r in range(2, len(bufs)):
+                _numba_decode([bufs[r]], fmt, n, out, K.ACCUMULATE, scale if r == last else 1.0)
+            return out
     return decode_sum_by_parts(decode, bufs, fmt, n, out, scale)
+
+
+def _numba_decode(bufs: Sequence[np.ndarray], fmt: Format, n: int, out: np.ndarray, mode: int,
+                  scale: float) -> None:
+    """The Numba decode (`cpu_kernels.decode`) of one part, or of two in `K.PAIR` mode, into
+    float32 `out`, times float32 `scale` in the same pass (the bits of decoding, adding, then
+    scaling)."""
+    nb = fmt.n_blocks(n)
+    b0, b1 = bufs[0], bufs[-1]
+    K.kernel("decode", n)(b0[4 * nb:], b1[4 * nb:], n, fmt.block_for(n), b0[: 4 * nb].view(np.float32),
+                          b1[: 4 * nb].view(np.float32), fmt.has_scales, fmt.decode_table(), fmt.bits, out, mode,
+                          np.float32(scale))
 
 
 def _sum(bufs: Sequence[np.ndarray], fmt: Format, n: int, out: np.ndarray, scale: float, table, isa: str,

@@ -21,6 +21,7 @@ INF_BITS = np.uint32(0x7F800000)
 NAN_BITS = np.uint32(0x7FC00000)
 CHUNK = 16384  # elements per parallel work item; a multiple of 8 so packed bytes never straddle
 FUSED_MAX = 1 << 16  # largest block encoded in one pass (scale and codes while it is cached)
+DECODE, ACCUMULATE, PAIR = 0, 1, 2  # what `decode` writes
 
 
 @njit(cache=True)
@@ -365,11 +366,19 @@ def encode_threshold(x, n, residual, use_residual, codes, levels, n_levels, bits
 
 
 @njit(cache=True)
-def _scaled_table(table, s, st):
-    """st = table * s: one float32 multiply per code, the same product as per element."""
+def _scaled_table(table, s, post, st):
+    """st = table * s (* post where post != 1): the products decoding then multiplying by post
+    per element gives, one per code."""
     for i in range(st.size):
         st[i] = table[i] * s
+    if post != 1:
+        for i in range(st.size):
+            st[i] = st[i] * post
 
+
+# The loops below write out = v (a decode), out = (out + v) * post (an accumulation) or
+# out = (v0 + v1) * post (a pair of parts): a multiplication by post = 1 gives the same bits,
+# so it stays in the loop rather than doubling the loops.
 
 @njit(cache=True)
 def _decode_words(c64, st, o8):
@@ -382,50 +391,50 @@ def _decode_words(c64, st, o8):
 
 
 @njit(cache=True)
-def _decode_words_acc(c64, st, o8):
+def _decode_words_acc(c64, st, post, o8):
     for k in range(c64.size):
         w = c64[k]
         for q in range(8):
-            o8[k, q] += st[(w >> np.uint64(8 * q)) & np.uint64(255)]
+            o8[k, q] = (o8[k, q] + st[(w >> np.uint64(8 * q)) & np.uint64(255)]) * post
 
 
 @njit(cache=True)
-def _decode_bytes(cs, st, os, accumulate):
-    """8-bit codes: os = st[code] (or os += it)."""
-    words = cs.size // 8
-    if accumulate:
-        _decode_words_acc(cs[: 8 * words].view(np.uint64), st, os[: 8 * words].reshape((words, 8)))
-        for j in range(8 * words, os.size):
-            os[j] += st[cs[j]]
-    else:
-        _decode_words(cs[: 8 * words].view(np.uint64), st, os[: 8 * words].reshape((words, 8)))
-        for j in range(8 * words, os.size):
-            os[j] = st[cs[j]]
+def _pair_words(c0, c1, st0, st1, post, o8):
+    for k in range(c0.size):
+        w0 = c0[k]
+        w1 = c1[k]
+        for q in range(8):
+            sh = np.uint64(8 * q)
+            o8[k, q] = (st0[(w0 >> sh) & np.uint64(255)] + st1[(w1 >> sh) & np.uint64(255)]) * post
 
 
 @njit(cache=True)
-def _decode_nibbles(cs, st, os, accumulate):
-    """4-bit codes, two per byte, low nibble first; len(os) == 2 * len(cs)."""
-    if accumulate:
-        for k in range(cs.size):
-            byte = cs[k]
-            os[2 * k] += st[byte & np.uint8(15)]
-            os[2 * k + 1] += st[byte >> np.uint8(4)]
+def _code(codes, j, per, bits):
+    return (codes[j // per] >> ((j % per) * bits)) & ((1 << bits) - 1)
+
+
+@njit(cache=True)
+def _decode_one(codes, codes1, j, per, bits, st, st1, out, mode, post):
+    v = st[_code(codes, j, per, bits)]
+    if mode == PAIR:
+        out[j] = (v + st1[_code(codes1, j, per, bits)]) * post
+    elif mode == ACCUMULATE:
+        out[j] = (out[j] + v) * post
     else:
+        out[j] = v
+
+
+# The packed loops (4-bit codes two per byte, low nibble first; 2-bit four, lowest bits
+# first; len(os) == len(cs) * 8 / bits), one per mode with the width's constant inner count:
+# a mode or width tested per element made these decodes 3-4x slower.
+
+@njit(cache=True)
+def _decode_packed(cs, st, os, bits):
+    if bits == 4:
         for k in range(cs.size):
             byte = cs[k]
             os[2 * k] = st[byte & np.uint8(15)]
             os[2 * k + 1] = st[byte >> np.uint8(4)]
-
-
-@njit(cache=True)
-def _decode_crumbs(cs, st, os, accumulate):
-    """2-bit codes, four per byte, lowest bits first; len(os) == 4 * len(cs)."""
-    if accumulate:
-        for k in range(cs.size):
-            byte = cs[k]
-            for q in range(4):
-                os[4 * k + q] += st[(byte >> np.uint8(2 * q)) & np.uint8(3)]
     else:
         for k in range(cs.size):
             byte = cs[k]
@@ -434,50 +443,91 @@ def _decode_crumbs(cs, st, os, accumulate):
 
 
 @njit(cache=True)
-def _decode_one(codes, j, per, bits, st, out, accumulate):
-    code = (codes[j // per] >> ((j % per) * bits)) & ((1 << bits) - 1)
-    if accumulate:
-        out[j] += st[code]
+def _decode_packed_acc(cs, st, post, os, bits):
+    if bits == 4:
+        for k in range(cs.size):
+            byte = cs[k]
+            os[2 * k] = (os[2 * k] + st[byte & np.uint8(15)]) * post
+            os[2 * k + 1] = (os[2 * k + 1] + st[byte >> np.uint8(4)]) * post
     else:
-        out[j] = st[code]
+        for k in range(cs.size):
+            byte = cs[k]
+            for q in range(4):
+                os[4 * k + q] = (os[4 * k + q] + st[(byte >> np.uint8(2 * q)) & np.uint8(3)]) * post
 
 
 @njit(cache=True)
-def _decode_segment(codes, i, e, bits, st, out, accumulate):
+def _pair_packed(cs, cs1, st, st1, post, os, bits):
+    if bits == 4:
+        for k in range(cs.size):
+            b0, b1 = cs[k], cs1[k]
+            os[2 * k] = (st[b0 & np.uint8(15)] + st1[b1 & np.uint8(15)]) * post
+            os[2 * k + 1] = (st[b0 >> np.uint8(4)] + st1[b1 >> np.uint8(4)]) * post
+    else:
+        for k in range(cs.size):
+            b0, b1 = cs[k], cs1[k]
+            for q in range(4):
+                sh = np.uint8(2 * q)
+                os[4 * k + q] = (st[(b0 >> sh) & np.uint8(3)] + st1[(b1 >> sh) & np.uint8(3)]) * post
+
+
+@njit(cache=True)
+def _decode_segment(codes, codes1, i, e, bits, st, st1, out, mode, post):
     """Elements [i, e) of one block: whole bytes through the fast loops, a straddling head/tail one by one."""
     per = 8 // bits
     head = min(e, (i + per - 1) // per * per)
     body = head + (e - head) // per * per
     for j in range(i, head):
-        _decode_one(codes, j, per, bits, st, out, accumulate)
+        _decode_one(codes, codes1, j, per, bits, st, st1, out, mode, post)
     cs = codes[head // per: body // per]
+    cs1 = codes1[head // per: body // per] if mode == PAIR else cs
     os = out[head:body]
     if bits == 8:
-        _decode_bytes(cs, st, os, accumulate)
-    elif bits == 4:
-        _decode_nibbles(cs, st, os, accumulate)
+        words = cs.size // 8
+        o8 = os[: 8 * words].reshape((words, 8))
+        c64 = cs[: 8 * words].view(np.uint64)
+        if mode == PAIR:
+            _pair_words(c64, cs1[: 8 * words].view(np.uint64), st, st1, post, o8)
+        elif mode == ACCUMULATE:
+            _decode_words_acc(c64, st, post, o8)
+        else:
+            _decode_words(c64, st, o8)
+        for j in range(body - (cs.size - 8 * words), body):
+            _decode_one(codes, codes1, j, per, bits, st, st1, out, mode, post)
+    elif mode == PAIR:
+        _pair_packed(cs, cs1, st, st1, post, os, bits)
+    elif mode == ACCUMULATE:
+        _decode_packed_acc(cs, st, post, os, bits)
     else:
-        _decode_crumbs(cs, st, os, accumulate)
+        _decode_packed(cs, st, os, bits)
     for j in range(body, e):
-        _decode_one(codes, j, per, bits, st, out, accumulate)
+        _decode_one(codes, codes1, j, per, bits, st, st1, out, mode, post)
 
 
-def decode(codes, n, block, scales, has_scales, table, bits, out, accumulate):
-    """out = table[code] * scale (or out += it); threshold formats have no scales (scale 1)."""
+def decode(codes, codes1, n, block, scales, scales1, has_scales, table, bits, out, mode, post):
+    """mode DECODE: out = table[code] * scale * post; ACCUMULATE: out = (out + table[code] *
+    scale) * post; PAIR: out = (value of codes + value of codes1) * post, two ranks' parts in
+    one pass. Threshold formats have no scales (scale 1); post is float32."""
     for c in prange((n + CHUNK - 1) // CHUNK):
         start = c * CHUNK
         end = min(start + CHUNK, n)
         st = np.empty(table.size, dtype=np.float32)
+        st1 = np.empty(table.size, dtype=np.float32)
         i = start
         while i < end:
             s = np.float32(1)
+            s1 = np.float32(1)
             e = end
             if has_scales:
                 b = i // block
                 e = min(end, (b + 1) * block)
                 s = scales[b]
-            _scaled_table(table, s, st)
-            _decode_segment(codes, i, e, bits, st, out, accumulate)
+                if mode == PAIR:
+                    s1 = scales1[b]
+            _scaled_table(table, s, post if mode == DECODE else np.float32(1), st)
+            if mode == PAIR:
+                _scaled_table(table, s1, np.float32(1), st1)
+            _decode_segment(codes, codes1, i, e, bits, st, st1, out, mode, post)
             i = e
 
 
