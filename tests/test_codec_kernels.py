@@ -23,9 +23,24 @@ def edge_values(t: codebooks.CodebookTables) -> np.ndarray:
     return v[np.abs(v) <= 1]
 
 
+@pytest.fixture
+def numba_only(monkeypatch):
+    """The CPU backend with its native kernels switched off: every encode, decode and sum
+    through Numba, as on a CPU without AVX2 or with HOROVOD_Q8_NATIVE=0."""
+    from horovod_q8.backends import cpu
+
+    monkeypatch.setattr(cpu, "native_encoder", lambda fmt, n: None)
+    monkeypatch.setattr(cpu, "native_decoder", lambda fmt, n: None)
+    monkeypatch.setattr(cpu, "avx2_decodes", lambda fmt, n: False)
+    return cpu
+
+
 @pytest.mark.parametrize("name,bits", TABLES)
 @pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
-def test_codes_at_every_midpoint_match_the_reference(name, bits, rounding):
+@pytest.mark.parametrize("kernels", ["cpu", "numba"])
+def test_codes_at_every_midpoint_match_the_reference(name, bits, rounding, kernels, request):
+    if kernels == "numba":
+        request.getfixturevalue("numba_only")
     t = codebooks.tables(name, bits)
     v = edge_values(t)
     blocks = -(-v.size // 1023)
@@ -40,6 +55,22 @@ def test_codes_at_every_midpoint_match_the_reference(name, bits, rounding):
         # and the reference itself counts the midpoints below v
         codes = np.searchsorted(t.mids[: t.size - 1], x, side="left")
         np.testing.assert_array_equal(R.unpack(ref[4 * blocks:], bits, x.size), codes)
+
+
+def test_carry_table_counts_the_mids_below_every_key_s_floats():
+    """(carry[key] + low) >> 16 against count(mids < v) at both ends of every 16-bit key of
+    [-1, 1] and either side of every mid's own low bits."""
+    for name in ("dynamic_tree", "linear", "mantissa", "static_tree", "linear_unsigned"):
+        t = codebooks.tables(name, 8)
+        mids = t.mids[: t.size - 1]
+        mb = mids.view(np.uint32)
+        ends = (np.arange(65536, dtype=np.uint32)[:, None] << 16 | np.array([0, 1, 0xFFFE, 0xFFFF], np.uint32)).ravel()
+        bits = np.concatenate([ends, mb, mb + 1, mb - 1]).astype(np.uint32)
+        v = bits.view(np.float32)
+        bits = bits[np.abs(v) <= 1]
+        low = (bits ^ np.where(bits >> 31 == 1, np.uint32(0xFFFF), np.uint32(0))) & np.uint32(0xFFFF)
+        got = (t.carry[bits >> 16].astype(np.uint64) + low) >> 16
+        np.testing.assert_array_equal(got, np.searchsorted(mids, bits.view(np.float32), side="left"), err_msg=name)
 
 
 def test_symmetric_4bit_path_is_taken_only_for_symmetric_tables():
@@ -60,17 +91,6 @@ def test_serial_and_parallel_kernels_have_their_own_cache_files():
         assert serial._cache._cache_file._index_name != parallel._cache._cache_file._index_name
 
 
-@pytest.fixture
-def numba_decodes(monkeypatch):
-    """The CPU backend with its native decodes switched off: every decode and sum through Numba,
-    as on a CPU without AVX2 or with HOROVOD_Q8_NATIVE=0."""
-    from horovod_q8.backends import cpu
-
-    monkeypatch.setattr(cpu, "native_decoder", lambda fmt, n: None)
-    monkeypatch.setattr(cpu, "avx2_decodes", lambda fmt, n: False)
-    return cpu
-
-
 def _parts(name: str, n: int, k: int, block=None):
     fmt = get(name, block_size=block).for_shape((n,)) if block else get(name).for_shape((n,))
     rng = np.random.default_rng(n + 31 * k)
@@ -88,7 +108,7 @@ def _parts(name: str, n: int, k: int, block=None):
 @pytest.mark.parametrize("k", [1, 2, 3, 5])
 @pytest.mark.parametrize("name,block", [("q8", None), ("q8_linear", 100), ("q4", None), ("q4", 99),
                                         ("q4_threshold", None), ("twobit", None)])
-def test_numba_sum_of_ranks_gives_the_bits_of_decoding_adding_then_scaling(numba_decodes, name, block, n, k):
+def test_numba_sum_of_ranks_gives_the_bits_of_decoding_adding_then_scaling(numba_only, name, block, n, k):
     """Numba's decode_sum (two parts per pass, each further one added with the factor in the last
     pass) against a decode, k - 1 accumulations and a scaling pass of the reference."""
     from horovod_q8 import backends
@@ -97,19 +117,19 @@ def test_numba_sum_of_ranks_gives_the_bits_of_decoding_adding_then_scaling(numba
     for scale in (1.0, 0.5, 1 / 3):
         want = backends.decode_sum_by_parts(backends.get("reference").decode, bufs, fmt, n,
                                             np.empty(n, np.float32), scale)
-        got = numba_decodes.decode_sum(bufs, fmt, n, np.full(n, np.nan, np.float32), scale)
+        got = numba_only.decode_sum(bufs, fmt, n, np.full(n, np.nan, np.float32), scale)
         np.testing.assert_array_equal(want.view(np.uint32), got.view(np.uint32), err_msg=f"scale {scale}")
 
 
 @pytest.mark.parametrize("n", [1, 17, 4099, 300_001])
 @pytest.mark.parametrize("name,block", [("q8", None), ("q4", 99), ("twobit", None)])
-def test_numba_decode_with_a_factor_or_accumulating(numba_decodes, name, block, n):
+def test_numba_decode_with_a_factor_or_accumulating(numba_only, name, block, n):
     """One part: (value * block scale) * factor in the decode's pass; out + value when accumulating."""
     fmt, (buf,) = _parts(name, n, 1, block)
     ref = q.dequantize(buf, fmt, n, backend="reference")
     for scale in (1.0, 0.5, 1 / 3):
-        got = numba_decodes.decode(buf, fmt, n, out=np.full(n, np.nan, np.float32), scale=scale)
+        got = numba_only.decode(buf, fmt, n, out=np.full(n, np.nan, np.float32), scale=scale)
         np.testing.assert_array_equal((ref * np.float32(scale)).view(np.uint32), got.view(np.uint32))
     base = np.random.default_rng(1).standard_normal(n).astype(np.float32)
-    got = numba_decodes.decode(buf, fmt, n, out=base.copy(), accumulate=True)
+    got = numba_only.decode(buf, fmt, n, out=base.copy(), accumulate=True)
     np.testing.assert_array_equal((base + ref).view(np.uint32), got.view(np.uint32))

@@ -29,7 +29,7 @@ def numba_codes(x: np.ndarray, name: str, bits: int = 8) -> np.ndarray:
     """Codes of x (one block) from the Numba kernel, whatever the CPU backend would choose."""
     t = codebooks.tables(name, bits)
     out = np.empty(4 + -(-x.size * bits // 8), np.uint8)
-    SERIAL["encode_codebook"](x, x.size, x.size, out[:4].view(np.uint32), out[4:], t.lut, t.mids, t.values,
+    SERIAL["encode_codebook"](x, x.size, x.size, out[:4].view(np.uint32), out[4:], t.carry, t.mids, t.values,
                               t.positive_mid_bits, t.size, bits, t.zero_code, False, 0)
     return out[4:]
 

@@ -89,7 +89,7 @@ def encode(x: np.ndarray, fmt: Format, residual: Optional[np.ndarray] = None,
         t = tables(fmt.codebook, fmt.bits)
         seed = (fmt.seed if seed is None else seed) & 0xFFFFFFFF
         K.kernel("encode_codebook", n)(
-            x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, t.lut, t.mids, t.values,
+            x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, t.carry, t.mids, t.values,
             t.positive_mid_bits, t.size, fmt.bits, t.zero_code, fmt.rounding == "stochastic", seed)
     elif fmt.bits in (2, 4) and native.in_use() and x.flags.c_contiguous and \
             (residual is None or residual.flags.c_contiguous):

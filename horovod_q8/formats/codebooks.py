@@ -125,6 +125,7 @@ class CodebookTables:
     values: np.ndarray  # float32[2**bits]; entries past `size` repeat the last value
     mids: np.ndarray  # float32[2**bits]; mids[i] = (values[i]+values[i+1])/2, +inf past size-2
     lut: np.ndarray  # uint8[65536]; lut[bits(v) >> 16] = count(mids < smallest v of that key)
+    carry: np.ndarray  # uint32[65536] (8-bit tables, else empty): see carry_table
     size: int  # number of distinct values
     zero_code: int  # index of 0.0
     positive_mid_bits: np.ndarray  # int32 bits of the positive mids if the table is symmetric about 0, else empty
@@ -156,6 +157,21 @@ def bucket_lut(edges: np.ndarray, side: str, what: str) -> np.ndarray:
     return np.where(in_range, lo, 0).astype(np.uint8)
 
 
+def carry_table(lut: np.ndarray, mids: np.ndarray) -> np.ndarray:
+    """uint32[65536]: count(mids < v) = (carry[key] + low) >> 16 for every float32 v in [-1, 1],
+    key = bits(v) >> 16, low = its low 16 bits, inverted for a negative v (whose value falls as
+    they rise). Entry: (lut[key] << 16) + (0xFFFF - t), t the inverted-or-not low bits of the
+    one mid a key may hold (mids[lut[key]]), so that the sum carries exactly where v is above
+    it; 0xFFFF where the key holds none (it never carries). One lookup and no comparison."""
+    keys = np.arange(65536, dtype=np.uint32)
+    k = lut.astype(np.uint32)
+    mid_bits = mids[k].view(np.uint32)
+    inside = np.isfinite(mids[k]) & ((mid_bits >> 16) == keys)
+    low = mid_bits & np.uint32(0xFFFF)
+    t = np.where(keys >= 0x8000, np.uint32(0xFFFF) - low, low)
+    return (k << 16) + np.where(inside, np.uint32(0xFFFF) - t, np.uint32(0)).astype(np.uint32)
+
+
 @functools.lru_cache(maxsize=None)
 def threshold_tables(levels: tuple) -> tuple:
     """(lut, padded levels) for a threshold format: k = count(levels <= |g|)."""
@@ -184,4 +200,5 @@ def tables(name: str, bits: int) -> CodebookTables:
     real = mids[: size - 1]
     symmetric = bool(np.array_equal(real, -real[::-1]))
     positive = real[real > 0].view(np.int32).copy() if symmetric else np.zeros(0, np.int32)
-    return CodebookTables(padded, mids, lut, size, zero_code, positive)
+    carry = carry_table(lut, mids) if bits == 8 else np.zeros(0, np.uint32)
+    return CodebookTables(padded, mids, lut, carry, size, zero_code, positive)
