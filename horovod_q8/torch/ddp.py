@@ -94,7 +94,7 @@ class Q8HookState:
 
     def _probe_send(self, name: str, t: torch.Tensor) -> None:
         """Calibration: one bucket's path as `name`, residuals and steps left untouched."""
-        setting = self.settings[name]
+        setting = self.settings.get(name)  # none times the link, allowed or not
         if setting is None:
             _plain_average(t, dist.get_world_size(self.process_group), self.process_group, half=name == "fp16")
             return

@@ -8,7 +8,7 @@ argv[1]:
 - "resume": restores argv[2] into a fresh optimizer; the plan comes from the checkpoint (no
   measuring) and has the fingerprint "train" printed.
 - "forced": HOROVOD_Q8_AUTO=q4 on every rank (and allow none, fp16, q8, q4): every bucket and
-  tensor q4.
+  tensor q4; and Auto allowed q4 alone: calibrated, every size q4.
 Prints AUTO-FINGERPRINT <json> and OK on rank 0.
 """
 from __future__ import annotations
@@ -97,6 +97,9 @@ def main() -> None:
     if what == "forced":
         assert [c.name for _, _, c in auto.plan().classes()] == ["none", "q4"]  # below min_size: none
         per_tensor(auto)
+        only = compressor("auto", allow=("q4",))  # none not allowed: still timed, as the link
+        assert {c.name for _, _, c in only.plan().classes()} == {"q4"}
+        per_tensor(only)
     if hvd.rank() == 0:
         print(f"loss {loss:.4f}; calibration {'restored' if restored else 'measured'}", flush=True)
         print("AUTO-FINGERPRINT " + fingerprint(auto), flush=True)

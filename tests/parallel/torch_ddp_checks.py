@@ -207,6 +207,9 @@ def check_auto() -> None:
         assert [c.name for _, _, c in forced.auto_state.plan.classes()] == ["none", "q4"]
     finally:
         del os.environ["HOROVOD_Q8_AUTO"]
+    only = Q8HookState("auto", allow=("q8",))  # none not allowed: still timed, as the link
+    assert same_on_all_ranks(average(only, rank_data(5000, 33), "only"))
+    assert {c.name for _, _, c in only.auto_state.plan.classes()} == {"q8"}
     weights, _ = train(Q8HookState("auto", allow=allow))
     assert same_on_all_ranks(weights)
     try:
