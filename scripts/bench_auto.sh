@@ -9,7 +9,7 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$(bash "$REPO/scripts/setup.sh")"
 export PATH="$VENV/bin:$PATH" TF_CPP_MIN_LOG_LEVEL=2
-REPEATS=21
+REPEATS=41
 CELLS="loopback 1gbit 10gbit none"
 KERNELS="native numba"
 while [ $# -gt 0 ]; do
