@@ -68,8 +68,9 @@ def _auto() -> Check:
     ranges = auto.choices_by_link(rates)
     shown = "; ".join(f"{name} " + (f"below {hi:.3g}" if lo == 0 else f"from {lo:.3g}" if hi == float("inf")
                                     else f"{lo:.3g}-{hi:.3g}") + " Gbit/s" for lo, hi, name in ranges)
-    codec = ", ".join(f"{name} {enc / 1e9:.2f}/{dec / 1e9:.2f}" for name, enc, dec in rates)
-    return OK, (f"Auto, 2 ranks, 16 MiB buckets, by link: {shown} (codec here, G elements/s encode/decode: "
+    codec = ", ".join(f"{name} {enc / 1e9:.2f}/{dec / 1e9:.2f}/{sm / 1e9:.2f}" for name, enc, dec, sm in rates)
+    return OK, (f"Auto, 2 ranks, 16 MiB buckets, by link: {shown} (codec here, G elements/s encode/decode/"
+                f"sum of 2 ranks per part: "
                 f"{codec}; a job measures its link at start)")
 
 

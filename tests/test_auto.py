@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from horovod_q8.collective import auto as A
+from horovod_q8.collective import cost
 from horovod_q8.collective.cost import allreduce_time
 
 GBIT = 1e9 / 8
@@ -78,14 +79,14 @@ def test_combine_recovers_the_link_and_takes_the_slowest_rank():
         return 2 * (p - 1) * alpha + 2 * (p - 1) / p * 4 * n / bw
     fast = {"small": {"none": ring(A.SMALL), "q8": 0.001}, "large": {"none": ring(A.LARGE), "q8": 0.01},
             "gather_small": 0.004 + (p - 1) * A.SMALL / bw, "gather": 0.004 + (p - 1) * A.LARGE / bw,
-            "rates": [["q8", 2e9, 3e9]], "seconds": 0.2}
-    slow = dict(fast, rates=[["q8", 1e9, 4e9]], small={"none": ring(A.SMALL), "q8": 0.002}, seconds=0.3,
+            "rates": [["q8", 2e9, 3e9, 5e9]], "seconds": 0.2}
+    slow = dict(fast, rates=[["q8", 1e9, 4e9, 6e9]], small={"none": ring(A.SMALL), "q8": 0.002}, seconds=0.3,
                 large={"none": ring(A.LARGE), "q8": 0.02})
     cal = A.combine([fast, slow], p)
     assert cal.alpha == pytest.approx(alpha, rel=1e-6)
     assert cal.bandwidth == pytest.approx(bw, rel=1e-6)
     assert cal.gather_bandwidth == pytest.approx(bw, rel=1e-6)  # the slope: a call's fixed 4 ms is not wire
-    assert cal.rate("q8") == (1e9, 3e9)
+    assert cal.rate("q8") == (1e9, 3e9, 5e9)
     assert dict(cal.small)["q8"] == 0.002 and dict(cal.large)["q8"] == 0.02 and cal.seconds == 0.3
     assert A.combine([slow, fast], p) == cal  # whatever the order, the same figures
 
@@ -135,7 +136,7 @@ def test_saved_calibration_gives_the_same_plan_without_measuring():
 def test_recalibrate_measures_again(monkeypatch):
     figures = {"small": {"none": 1e-4, "fp16": 1e-4, "q8": 1e-3}, "large": {"none": 0.04, "fp16": 0.03, "q8": 0.02},
                "gather_small": 0.001, "gather": 0.02,
-               "rates": [["fp16", 1e9, 1e9], ["q8", 1e9, 1e9]], "seconds": 0.1}
+               "rates": [["fp16", 1e9, 1e9, 1e9], ["q8", 1e9, 1e9, 1e9]], "seconds": 0.1}
     calls = []
 
     def probe():
@@ -155,7 +156,7 @@ def test_recalibrate_measures_again(monkeypatch):
 def test_codec_rates_are_measured_for_every_allowed_format():
     rates = A.codec_rates(("none", "fp16", "q8", "q4"), n=1 << 14)
     assert [r[0] for r in rates] == ["fp16", "q8", "q4"]
-    assert all(r[1] > 0 and r[2] > 0 for r in rates)
+    assert all(len(r) == 4 and min(r[1:]) > 0 for r in rates)
 
 
 def test_describe_names_every_class_with_its_predictions():
@@ -178,8 +179,8 @@ def test_codec_rates_on_the_device_run_the_cuda_kernels(cp):
     build of kernels/codec.cu), not NumPy's."""
     synced = []
     rates = A.codec_rates(("none", "fp16", "q8"), n=1 << 12, xp=cp, sync=lambda: synced.append(1))
-    assert [r[0] for r in rates] == ["fp16", "q8"] and all(r[1] > 0 and r[2] > 0 for r in rates)
-    assert len(synced) == 3 * 2  # the warm-up and the timed batch of each probe waited for the device
+    assert [r[0] for r in rates] == ["fp16", "q8"] and all(min(r[1:]) > 0 for r in rates)
+    assert len(synced) == 4 * 2  # the warm-up and the timed batch of each probe (fp16; q8's encode, decode, sum)
 
 
 def test_options_go_to_the_formats_they_apply_to():
@@ -309,13 +310,13 @@ def test_only_a_fast_link_times_large_twice_and_huge(monkeypatch, large_s, fast)
 def test_the_codec_and_the_copy_are_timed_twice_and_the_faster_pass_counts(monkeypatch):
     """A slow spell of the machine over one pass of the codec probes leaves the other: the codec
     rates and the copy are measured first and again last, each figure the faster of the two."""
-    passes = iter([[("q8", 1e9, 3e9), ("fp16", 2e9, 2e9)], [("q8", 2e9, 1e9), ("fp16", 1e9, 1e9)]])
+    passes = iter([[("q8", 1e9, 3e9, 4e9), ("fp16", 2e9, 2e9, 2e9)], [("q8", 2e9, 1e9, 5e9), ("fp16", 1e9, 1e9, 1e9)]])
     copies = iter([4e9, 8e9])
     monkeypatch.setattr(A, "codec_rates", lambda *a, **k: next(passes))
     monkeypatch.setattr(A, "copy_rate", lambda *a, **k: next(copies))
     probe, _ = _link_probe(large_s=0.1, slow_small_calls=0)
     figures = A.measure(probe, ("none", "fp16", "q8"))
-    assert figures["rates"] == [("q8", 2e9, 3e9), ("fp16", 2e9, 2e9)] and figures["copy"] == 8e9
+    assert figures["rates"] == [("q8", 2e9, 3e9, 5e9), ("fp16", 2e9, 2e9, 2e9)] and figures["copy"] == 8e9
 
 
 def test_a_cheap_huge_timing_counts_as_the_median_of_three(monkeypatch):
@@ -416,7 +417,27 @@ def test_codec_probes_wait_for_every_rank_before_each_timed_call():
     assert events == ["call", "barrier", "call", "barrier", "call"] and t < 0.04
     seen = []
     rates = A.codec_rates(("none", "q8"), n=1 << 16, together=lambda: seen.append(1))
-    assert [r[0] for r in rates] == ["q8"] and len(seen) == 2  # one timing (a batch) per probe
+    assert [r[0] for r in rates] == ["q8"] and len(seen) == 3  # one timing (a batch) per probe: encode, decode, sum
     calls = []
     A.codec_rates(("fp16",), fp16_roundtrip=calls.append, n=8, together=lambda: calls.append("barrier"))
     assert calls == [8, "barrier"] + [8] * A.PROBE_BATCH  # warm-up, then the batch after the barrier
+
+
+def test_the_ranks_sum_costs_its_measured_rate_per_part_element():
+    """The q-formats' sum of P parts is timed as one (a fused pass costs less than P decodes):
+    the model charges every part's elements at the sum's rate, a saved calibration without one
+    (three figures per format) charges them as decodes, and the speedup model is unchanged."""
+    n, kw = 1 << 22, dict(alpha=1e-4, bandwidth=1e9, encode_rate=1e9, decode_rate=2e9)
+    plain = cost.allreduce_time("q8", n, 2, **kw)
+    assert cost.allreduce_time("q8", n, 2, sum_rate=2e9, **kw)["codec"] == pytest.approx(plain["codec"])
+    fused = cost.allreduce_time("q8", n, 2, sum_rate=4e9, **kw)  # allgather: 2n summed, no plain decode
+    assert plain["codec"] - fused["codec"] == pytest.approx(2 * n / 2e9 - 2 * n / 4e9)
+    four = cost.allreduce_time("q8", n, 4, sum_rate=4e9, **kw)  # two-phase: 4 parts of a chunk, then n decoded
+    chunk = -(-n // 4)
+    assert four["codec"] == pytest.approx((n + chunk) / 1e9 + 4 * chunk / 4e9 + n / 2e9, rel=1e-3)
+    old = A.Calibration.from_dict({"ranks": 2, "alpha": 1e-4, "bandwidth": 1e9, "gather_bandwidth": 1e9,
+                                   "rates": [["q8", 1e9, 2e9]], "small": [], "large": []})
+    assert old.rate("q8") == (1e9, 2e9, 2e9)
+    assert A.AutoPlan(A.Auto(), old).model("q8", n) == pytest.approx(plain["total"])
+    with pytest.raises(ValueError, match="not a saved calibration"):
+        A.Calibration.from_dict({**old.to_dict(), "rates": [["q8", 1e9]]})

@@ -24,7 +24,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from horovod_q8 import codec, formats
+from horovod_q8 import backends, codec, formats
 from horovod_q8.collective import cost
 from horovod_q8.formats import COMPRESSION_NAMES
 from horovod_q8.options import require_int, shown
@@ -133,28 +133,35 @@ def override() -> Optional[str]:
 class Calibration:
     """What the choice rests on, the same on every rank. alpha: seconds per message;
     bandwidth: bytes/s a ring allreduce reaches per link; gather_bandwidth: what the allgather
-    that carries codes reaches; rates: format -> (encode, decode) elements/s on this machine;
-    small, large: format -> seconds of one real allreduce of SMALL and LARGE elements sent so
-    (what the path really costs, fixed costs and Horovod's own work included); copy_rate: what
+    that carries codes reaches; rates: format -> (encode, decode, sum) on this machine: elements
+    encoded and decoded per second, and elements of every part per second of the ranks' sum of
+    `ranks` parts in one pass (a decode's rate where a saved calibration has none); small,
+    large: format -> seconds of one real allreduce of SMALL and LARGE elements sent so (what the
+    path really costs, fixed costs and Horovod's own work included); copy_rate: what
     a memory copy moves, for the fused path's concatenation of a bucket and its split."""
 
     ranks: int
     alpha: float
     bandwidth: float
     gather_bandwidth: float
-    rates: Tuple[Tuple[str, float, float], ...] = ()
+    rates: Tuple[Tuple[str, float, float, float], ...] = ()
     small: Tuple[Tuple[str, float], ...] = ()
     large: Tuple[Tuple[str, float], ...] = ()
     huge: Tuple[Tuple[str, float], ...] = ()
     copy_rate: float = 0.0  # bytes/s of a memory copy (0: not measured, no copy term)
     seconds: float = field(default=0.0, compare=False)  # what measuring cost on this rank
 
-    def rate(self, name: str) -> Tuple[float, float]:
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rates", tuple((str(r[0]), float(r[1]), float(r[2]), float(r[min(len(r) - 1, 3)]))
+                                                for r in self.rates))
+
+    def rate(self, name: str) -> Tuple[float, float, float]:
+        """(encode, decode, sum) rates of format `name` (see the class)."""
         if name == "none":
-            return math.inf, math.inf
-        for n, enc, dec in self.rates:
+            return math.inf, math.inf, math.inf
+        for n, enc, dec, sm in self.rates:
             if n == name:
-                return enc, dec
+                return enc, dec, sm
         raise KeyError(f"horovod_q8 Auto: no codec rate was measured for {name!r}")
 
     def to_dict(self) -> dict:
@@ -170,12 +177,12 @@ class Calibration:
         try:
             return Calibration(int(d["ranks"]), float(d["alpha"]), float(d["bandwidth"]),
                                float(d["gather_bandwidth"]),
-                               tuple((str(n), float(e), float(c)) for n, e, c in d["rates"]),
+                               tuple(tuple(r) for r in d["rates"]),
                                tuple((str(n), float(t)) for n, t in d["small"]),
                                tuple((str(n), float(t)) for n, t in d["large"]),
                                tuple((str(n), float(t)) for n, t in d.get("huge", ())),
                                float(d.get("copy_rate", 0.0)), float(d.get("seconds", 0.0)))
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, IndexError) as e:
             raise ValueError(f"horovod_q8 Auto: not a saved calibration ({e!r})") from None
 
     def digest(self) -> str:
@@ -246,11 +253,15 @@ def _best(fn: Callable[[], None], repeats: int = PROBE_REPEATS, warm: bool = Tru
 
 def codec_rates(names: Sequence[str], fp16_roundtrip: Optional[Callable[[int], None]] = None,
                 n: int = CODEC_ELEMENTS, xp=np, sync: Callable[[], None] = lambda: None,
-                together: Callable[[], None] = lambda: None, warm: bool = True) -> List[Tuple[str, float, float]]:
-    """(name, encode, decode) elements/s of each quantized format (and fp16) on this machine,
-    with arrays of `xp` (CuPy: the GPU kernels, `sync` waiting for them); `together` (a
-    barrier) ahead of each probe's one timing, of PROBE_BATCH calls, so that ranks sharing cores
-    run their codecs at once; warm: a warm-up call ahead of it."""
+                together: Callable[[], None] = lambda: None, warm: bool = True,
+                parts: int = 2) -> List[Tuple[str, float, float, float]]:
+    """(name, encode, decode, sum) of each quantized format (and fp16) on this machine: elements/s
+    encoded and decoded, and elements of every part per second of the ranks' sum of `parts`
+    parts (one pass where the backend fuses it: 2 Numba parts of 25.6M q8 codes in 16.8 ms,
+    two decodes 23.6, docs/runs/codec/2026-12-06-b822691); with arrays of `xp` (CuPy: the GPU
+    kernels, `sync` waiting for them); `together` (a barrier) ahead of each probe's one timing,
+    of PROBE_BATCH calls, so that ranks sharing cores run their codecs at once; warm: a warm-up
+    call ahead of it."""
     x = xp.asarray(probe_values(n))
 
     def timed(fn: Callable[[], object]) -> float:
@@ -267,13 +278,16 @@ def codec_rates(names: Sequence[str], fp16_roundtrip: Optional[Callable[[int], N
         if name == "fp16":
             t = timed(lambda: x.astype(np.float16).astype(np.float32)) if fp16_roundtrip is None \
                 else timed(lambda: fp16_roundtrip(n))
-            out.append((name, 2 * n / t, 2 * n / t))  # the roundtrip is one cast each way
+            out.append((name, 2 * n / t, 2 * n / t, 2 * n / t))  # the roundtrip is one cast each way
             continue
         buf = codec.quantize(x, name, seed=1)
         dst = xp.empty_like(x)
         enc = timed(lambda: codec.quantize(x, name, seed=1))
         dec = timed(lambda: codec.dequantize(buf, name, n, out=dst))
-        out.append((name, n / enc, n / dec))
+        k = max(parts, 2)
+        fmt = formats.get(name).for_shape((n,))
+        summed = timed(lambda: backends.for_array(buf).decode_sum([buf] * k, fmt, n, dst, 1.0 / k))
+        out.append((name, n / enc, n / dec, k * n / summed))
     return out
 
 
@@ -295,8 +309,9 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
     def together() -> None:
         probe.gather(None)
 
-    def codec_and_copy(warm: bool) -> Tuple[List[Tuple[str, float, float]], float]:
-        return (codec_rates(allow, probe.fp16_roundtrip, xp=probe.xp, sync=probe.sync, together=together, warm=warm),
+    def codec_and_copy(warm: bool) -> Tuple[List[Tuple[str, float, float, float]], float]:
+        return (codec_rates(allow, probe.fp16_roundtrip, xp=probe.xp, sync=probe.sync, together=together, warm=warm,
+                            parts=probe.ranks),
                 copy_rate(probe.xp, probe.sync, together=together))
 
     rates, copy = codec_and_copy(warm=True)  # first: loads the kernels
@@ -332,7 +347,7 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
     # copy at 5.4 GB/s, where the run before measured 1.81 and 8.6, and sent ResNet-50 as fp16,
     # 8.7% slower than q8 (2 unshaped hosts, AVX2, docs/runs/auto/2026-12-05-75334f4)
     again, copy_again = codec_and_copy(warm=False)
-    rates = [(name, max(enc, enc2), max(dec, dec2)) for (name, enc, dec), (_, enc2, dec2) in zip(rates, again)]
+    rates = [(r[0], *(max(a, b) for a, b in zip(r[1:], r2[1:]))) for r, r2 in zip(rates, again)]
     copy = max(copy, copy_again)
     return {"small": small, "large": large, "huge": huge, "gather_small": gathered_small, "gather": gathered,
             "rates": rates, "copy": copy,
@@ -355,8 +370,8 @@ def combine(figures: Sequence[dict], ranks: int) -> Calibration:
     gather_time = gathered - gathered_small
     gather_bandwidth = (p - 1) * (LARGE - SMALL) / gather_time if gather_time > 0 else bandwidth
     names = [r[0] for r in figures[0]["rates"]]
-    rates = tuple((nm, min(dict((r[0], r[1]) for r in f["rates"])[nm] for f in figures),
-                   min(dict((r[0], r[2]) for r in f["rates"])[nm] for f in figures)) for nm in names)
+    rates = tuple((nm, *(min(dict((r[0], r[i]) for r in f["rates"])[nm] for f in figures) for i in (1, 2, 3)))
+                  for nm in names)
     return Calibration(ranks, alpha, bandwidth, gather_bandwidth, rates, tuple(small.items()),
                        tuple(large_of.items()), tuple(huge_of.items()), min(f.get("copy", 0.0) for f in figures),
                        max(f["seconds"] for f in figures))
@@ -395,10 +410,10 @@ class AutoPlan:
         """Seconds for one allreduce of n float32 elements sent as `name`: the cost model's
         alpha-beta and codec terms from the calibration (`part`: one of them)."""
         c = self.calibration
-        enc, dec = c.rate(name)
+        enc, dec, sm = c.rate(name)
         bw = c.bandwidth if name in cost.UNCOMPRESSED else c.gather_bandwidth
         return cost.allreduce_time(name, n, c.ranks, alpha=c.alpha, bandwidth=bw, encode_rate=enc,
-                                   decode_rate=dec)[part]
+                                   decode_rate=dec, sum_rate=sm)[part]
 
     def fit(self, name: str, n: int = SMALL) -> Tuple[float, float]:
         """(a, k): the model's line for this path moved through its measured allreduces around n,
@@ -580,7 +595,7 @@ class AutoState:
         self.plan = None
 
 
-def choices_by_link(rates: Sequence[Tuple[str, float, float]], allow: Sequence[str] = DEFAULT_ALLOW,
+def choices_by_link(rates: Sequence[Tuple[str, ...]], allow: Sequence[str] = DEFAULT_ALLOW,
                     n: int = 1 << 22, ranks: int = 2, alpha: float = 50e-6) -> List[Tuple[float, float, str]]:
     """(from, to Gbit/s, format) Auto would choose for a bucket of n elements over links from 0.1
     to about 1300 Gbit/s (ranges meet; the first starts at 0, the last ends at inf), with these

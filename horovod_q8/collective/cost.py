@@ -10,7 +10,8 @@ Costs per allreduce of n elements on P ranks, g per node (N = P/g nodes), S = wi
 - hierarchical: reduce-scatter inside the node, the above among the N nodes on 1/g of the
   data (g flows share the NIC), allgather inside the node. For fp32/fp16 that is Horovod's
   HOROVOD_HIERARCHICAL_ALLREDUCE; for the q-formats it is a schedule horovod_q8 does not have.
-Codec time (serial with the wire, as in plan.py) counts the elements encoded and decoded.
+Codec time (serial with the wire, as in plan.py) counts the elements encoded, decoded and summed
+(every part's elements of the ranks' sum, at its own rate where one was measured).
 """
 from __future__ import annotations
 
@@ -141,7 +142,7 @@ def _two_phase(fmt, n: int, t: _Topo) -> dict:
     bw, a = t.edge
     a2a = max(nic_a2a / t.inter.bandwidth if t.nodes > 1 else 0.0,
               local_a2a / t.intra.bandwidth) / t.alltoall_efficiency
-    return dict(wire=a2a + gathered / bw, latency=2 * (p - 1) * a, enc=n + mine, dec=p * mine + n,
+    return dict(wire=a2a + gathered / bw, latency=2 * (p - 1) * a, enc=n + mine, sum=p * mine, dec=n,
                 bytes_per_rank=sent, nic_bytes=(nic_a2a + gathered) if t.nodes > 1 else 0)
 
 
@@ -149,7 +150,7 @@ def _allgather(fmt, n: int, t: _Topo) -> dict:
     plan = P.make_plan(fmt, n, t.ranks, 0, ALLGATHER)
     bw, a = t.edge
     per_edge = (t.ranks - 1) * fmt.nbytes(n)
-    return dict(wire=per_edge / bw, latency=(t.ranks - 1) * a, enc=n, dec=t.ranks * n,
+    return dict(wire=per_edge / bw, latency=(t.ranks - 1) * a, enc=n, sum=t.ranks * n, dec=0,
                 bytes_per_rank=plan.bytes_sent(), nic_bytes=per_edge if t.nodes > 1 else 0)
 
 
@@ -165,13 +166,13 @@ def _hier_two_phase(fmt, n: int, t: _Topo) -> dict:
     ag_local = (g - 1) / g * c
     return dict(wire=(rs + ag_local) / t.intra.bandwidth + nic / t.inter.bandwidth,
                 latency=2 * (g - 1) * t.intra.alpha + 2 * (nn - 1) * t.inter.alpha,
-                enc=shard + mine, dec=nn * mine + n,
+                enc=shard + mine, sum=nn * mine, dec=n,
                 bytes_per_rank=round(rs + nic / g + ag_local), nic_bytes=round(nic))
 
 
 def allreduce_time(method: str, elements: int, ranks: int, *, alpha: float, bandwidth: float,
                    encode_rate: float = math.inf, decode_rate: float = math.inf,
-                   reduce_rate: float = math.inf, copy_rate: float = math.inf,
+                   reduce_rate: float = math.inf, copy_rate: float = math.inf, sum_rate: Optional[float] = None,
                    schedule: str = "auto", gpus_per_node: int = 1,
                    intra_bandwidth: Optional[float] = None, intra_alpha: Optional[float] = None,
                    alltoall_bandwidth: Optional[float] = None) -> dict:
@@ -184,6 +185,8 @@ def allreduce_time(method: str, elements: int, ranks: int, *, alpha: float, band
     intra_*: the link between GPUs of one node (default: the same as the host's).
     alltoall_bandwidth: bytes/s per link that an all-to-all (the two-phase schedule's first
     step) reaches, when measured lower than `bandwidth` (default: the same).
+    sum_rate: elements of every part per second of the q-formats' sum of the ranks' parts
+    (default: decode_rate, the sum as one decode per part).
     Returns total, wire, latency, codec and memory seconds, bytes_per_rank (all links),
     nic_bytes (out of one node's NIC) and the schedule used.
     """
@@ -203,7 +206,8 @@ def allreduce_time(method: str, elements: int, ranks: int, *, alpha: float, band
     else:
         fmt = get(m)
         r = {TWO_PHASE: _two_phase, ALLGATHER: _allgather, HIERARCHICAL: _hier_two_phase}[sched](fmt, n, t)
-    codec = _div(r.pop("enc"), encode_rate) + _div(r.pop("dec"), decode_rate)
+    codec = _div(r.pop("enc"), encode_rate) + _div(r.pop("dec"), decode_rate) + \
+        _div(r.pop("sum", 0), decode_rate if sum_rate is None else sum_rate)
     memory = _div(r.pop("red", 0), reduce_rate) + _div(r.pop("copy", 0), copy_rate)
     return dict(total=r["wire"] + r["latency"] + codec + memory, codec=codec, memory=memory,
                 schedule=sched, **r)
