@@ -7,6 +7,9 @@ Both variants run: serial below `cpu_kernels.PARALLEL_MIN` elements, parallel ab
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -40,6 +43,11 @@ def main() -> None:
         return
     from horovod_q8.backends import native
     print(f"CPU kernels compiled and cached in {warm():.1f} s; native: {native.describe()}")
+    if native.in_use():
+        # the Numba kernels too, which the native ones replace here: a job with
+        # HOROVOD_Q8_NATIVE=0 would otherwise compile them at its first step (12 s per rank)
+        env = {**os.environ, "HOROVOD_Q8_NATIVE": "0"}
+        subprocess.run([sys.executable, "-m", "horovod_q8.backends.warmup"], env=env, check=True)
 
 
 if __name__ == "__main__":
