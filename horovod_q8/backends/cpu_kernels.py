@@ -70,9 +70,9 @@ def _divide_overflowed(xs, vt):
 def _nearest_carry(vt, length, carry, hi, lo, ct):
     """ct = count(mids < v) for an 8-bit table: (carry[key] + low) >> 16 (codebooks.carry_table).
 
-    The keys first, in a loop that vectorises, then the lookups alone: one table read per code,
-    against a table read, a read of the mid and a comparison with the 16-bit lookup before
-    (the scalar integer work was the limit: 0.5 against 0.8 ns per code on Zen 3).
+    The keys first, in a loop that vectorises, then the lookups alone: one table read per code
+    (0.5 ns on Zen 3) where a table read, a read of the mid and a comparison took 0.8; with the
+    keys' loop the whole encode is 0-7% faster (docs/performance.md, the Numba codec table).
     """
     vb = vt.view(np.int32)
     for i in range(length):

@@ -162,7 +162,8 @@ def carry_table(lut: np.ndarray, mids: np.ndarray) -> np.ndarray:
     key = bits(v) >> 16, low = its low 16 bits, inverted for a negative v (whose value falls as
     they rise). Entry: (lut[key] << 16) + (0xFFFF - t), t the inverted-or-not low bits of the
     one mid a key may hold (mids[lut[key]]), so that the sum carries exactly where v is above
-    it; 0xFFFF where the key holds none (it never carries). One lookup and no comparison."""
+    it; lut[key] << 16 alone where the key holds none (it never carries). One lookup and no
+    comparison."""
     keys = np.arange(65536, dtype=np.uint32)
     k = lut.astype(np.uint32)
     mid_bits = mids[k].view(np.uint32)
