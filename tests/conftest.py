@@ -56,6 +56,31 @@ def rng():
     return np.random.default_rng(12345)
 
 
+@pytest.fixture
+def numba_only(monkeypatch):
+    """The CPU backend with its native kernels switched off: every encode, decode and sum
+    through Numba, as on a CPU without AVX2 or with HOROVOD_Q8_NATIVE=0."""
+    from horovod_q8.backends import cpu
+
+    monkeypatch.setattr(cpu, "native_encoder", lambda fmt, n: None)
+    monkeypatch.setattr(cpu, "native_decoder", lambda fmt, n: None)
+    monkeypatch.setattr(cpu, "avx2_decodes", lambda fmt, n: False)
+    return cpu
+
+
+def edge_tensor(n: int, rng) -> np.ndarray:
+    """Normal values over six decades; from 3001 elements on also a NaN block, an overflowed
+    block (+-Inf: +-1, finite: 0), a block of zeros and a -0.0."""
+    x = (rng.standard_normal(n) * rng.choice([1e-3, 1.0, 1e3], n)).astype(np.float32)
+    if n > 3000:
+        x[5] = np.nan
+        x[2100] = np.inf
+        x[2101] = -np.inf
+        x[1024:2048] = 0.0
+        x[1030] = -0.0
+    return x
+
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

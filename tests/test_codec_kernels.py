@@ -11,6 +11,8 @@ import horovod_q8 as q
 from horovod_q8.formats import codebooks, get
 from horovod_q8.formats import reference as R
 
+from conftest import edge_tensor
+
 BASE = {8: get("q8", block_size=1024), 4: get("q4", block_size=1024)}
 TABLES = [(name, 4 if name.startswith("q4") else 8) for name in codebooks.VALUE_TABLES]
 
@@ -21,18 +23,6 @@ def edge_values(t: codebooks.CodebookTables) -> np.ndarray:
     near = np.concatenate([mids, np.nextafter(mids, np.float32(np.inf)), np.nextafter(mids, np.float32(-np.inf))])
     v = np.concatenate([near, -near, [0.0, -0.0, 1e-45, -1e-45, 1e-38, -1e-38, 1.0, -1.0]]).astype(np.float32)
     return v[np.abs(v) <= 1]
-
-
-@pytest.fixture
-def numba_only(monkeypatch):
-    """The CPU backend with its native kernels switched off: every encode, decode and sum
-    through Numba, as on a CPU without AVX2 or with HOROVOD_Q8_NATIVE=0."""
-    from horovod_q8.backends import cpu
-
-    monkeypatch.setattr(cpu, "native_encoder", lambda fmt, n: None)
-    monkeypatch.setattr(cpu, "native_decoder", lambda fmt, n: None)
-    monkeypatch.setattr(cpu, "avx2_decodes", lambda fmt, n: False)
-    return cpu
 
 
 @pytest.mark.parametrize("name,bits", TABLES)
@@ -91,41 +81,13 @@ def test_serial_and_parallel_kernels_have_their_own_cache_files():
         assert serial._cache._cache_file._index_name != parallel._cache._cache_file._index_name
 
 
-def _parts(name: str, n: int, k: int, block=None):
-    fmt = get(name, block_size=block).for_shape((n,)) if block else get(name).for_shape((n,))
-    rng = np.random.default_rng(n + 31 * k)
-    bufs = []
-    for r in range(k):
-        x = (rng.standard_normal(n) * rng.choice([1e-3, 1.0, 1e3], n) * (r + 1)).astype(np.float32)
-        if n > 3000:
-            x[5], x[2100], x[2101], x[1030] = np.nan, np.inf, -np.inf, -0.0  # NaN and overflowed blocks
-        residual = np.zeros(n, np.float32) if fmt.uses_residual else None
-        bufs.append(q.quantize(x, fmt, residual=residual, backend="reference"))
-    return fmt, bufs
-
-
-@pytest.mark.parametrize("n", [1, 7, 17, 1025, 4099, 300_001])
-@pytest.mark.parametrize("k", [1, 2, 3, 5])
-@pytest.mark.parametrize("name,block", [("q8", None), ("q8_linear", 100), ("q4", None), ("q4", 99),
-                                        ("q4_threshold", None), ("twobit", None)])
-def test_numba_sum_of_ranks_gives_the_bits_of_decoding_adding_then_scaling(numba_only, name, block, n, k):
-    """Numba's decode_sum (two parts per pass, each further one added with the factor in the last
-    pass) against a decode, k - 1 accumulations and a scaling pass of the reference."""
-    from horovod_q8 import backends
-
-    fmt, bufs = _parts(name, n, k, block)
-    for scale in (1.0, 0.5, 1 / 3):
-        want = backends.decode_sum_by_parts(backends.get("reference").decode, bufs, fmt, n,
-                                            np.empty(n, np.float32), scale)
-        got = numba_only.decode_sum(bufs, fmt, n, np.full(n, np.nan, np.float32), scale)
-        np.testing.assert_array_equal(want.view(np.uint32), got.view(np.uint32), err_msg=f"scale {scale}")
-
-
 @pytest.mark.parametrize("n", [1, 17, 4099, 300_001])
 @pytest.mark.parametrize("name,block", [("q8", None), ("q4", 99), ("twobit", None)])
 def test_numba_decode_with_a_factor_or_accumulating(numba_only, name, block, n):
     """One part: (value * block scale) * factor in the decode's pass; out + value when accumulating."""
-    fmt, (buf,) = _parts(name, n, 1, block)
+    fmt = (get(name, block_size=block) if block else get(name)).for_shape((n,))
+    x = edge_tensor(n, np.random.default_rng(n))
+    buf = q.quantize(x, fmt, residual=np.zeros(n, np.float32) if fmt.uses_residual else None, backend="reference")
     ref = q.dequantize(buf, fmt, n, backend="reference")
     for scale in (1.0, 0.5, 1 / 3):
         got = numba_only.decode(buf, fmt, n, out=np.full(n, np.nan, np.float32), scale=scale)

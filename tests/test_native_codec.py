@@ -18,6 +18,8 @@ from horovod_q8.backends import cpu, native
 from horovod_q8.backends.cpu_kernels import PARALLEL_MIN, SERIAL
 from horovod_q8.formats import codebooks, get
 
+from conftest import edge_tensor
+
 avx512 = pytest.mark.skipif(native.library() is None, reason="no AVX-512 CPU or no C compiler here")
 avx2 = pytest.mark.skipif(native.library_avx2() is None, reason="AVX-512 kernels in use, or no AVX2 / no C compiler")
 any_native = pytest.mark.skipif(not native.in_use(), reason="no native kernels here (x86-64 and a C compiler)")
@@ -137,17 +139,6 @@ def test_what_the_native_kernels_take():
     assert cpu.native_encoder(get("q4_threshold").for_shape((n,)), n) is None
     assert cpu.native_decoder(get("q4_threshold").for_shape((n,)), n) is not None
     assert cpu.native_decoder(get("twobit").for_shape((n,)), n) is not None
-
-
-def edge_tensor(n: int, rng) -> np.ndarray:
-    x = (rng.standard_normal(n) * rng.choice([1e-3, 1.0, 1e3], n)).astype(np.float32)
-    if n > 3000:
-        x[5] = np.nan  # a NaN block
-        x[2100] = np.inf  # an overflowed block: +-Inf -> +-1, finite -> 0
-        x[2101] = -np.inf
-        x[1024:2048] = 0.0
-        x[1030] = -0.0
-    return x
 
 
 FORMATS = [("q8", name) for name in SIGNED8] + [("q4", "q4"), ("q8", "linear_unsigned"), ("q4", "q4_unsigned")]
@@ -319,20 +310,25 @@ def test_decode_times_a_factor_in_the_same_pass(name, scale):
 
 @pytest.mark.parametrize("n", [1, 15, 17, 1025, 4099, PARALLEL_MIN * 2 + 777])
 @pytest.mark.parametrize("k", [1, 2, 3, 5])
-@pytest.mark.parametrize("name", ["q8", "q4", "q4_threshold", "twobit"])
-def test_sum_of_ranks_in_one_pass(n, k, name):
+@pytest.mark.parametrize("name,block", [("q8", None), ("q8_linear", 100), ("q4", None), ("q4", 99),
+                                        ("q4_threshold", None), ("twobit", None)])
+@pytest.mark.parametrize("kernels", ["cpu", "numba"])
+def test_sum_of_ranks_in_one_pass(n, k, name, block, kernels, request):
     """decode_sum: the bits of a decode, k - 1 accumulating decodes and a scaling pass, for
-    every kind of decode (native 8-, 4- and 2-bit with AVX-512, with and without scales)."""
-    fmt = get(name).for_shape((n,))
+    every kind of decode (native 8-, 4- and 2-bit, with and without scales, and Numba's: two
+    parts per pass, each further one added with the factor in the last pass; blocks of 99
+    4-bit codes straddle bytes)."""
+    cpu_backend = request.getfixturevalue("numba_only") if kernels == "numba" else cpu
+    fmt = (get(name, block_size=block) if block else get(name)).for_shape((n,))
     rng = np.random.default_rng(n + 31 * k)
     bufs = [q.quantize(edge_tensor(n, rng) * np.float32(r + 1), fmt, backend="reference",
                        residual=np.zeros(n, np.float32) if fmt.uses_residual else None) for r in range(k)]
     for scale in (1.0, 0.5, 1 / 3):
         want = backends.decode_sum_by_parts(backends.get("reference").decode, bufs, fmt, n,
                                             np.empty(n, np.float32), scale)
-        for be in ("reference", "cpu"):
-            got = backends.get(be).decode_sum(bufs, fmt, n, np.full(n, np.nan, np.float32), scale)
-            assert np.array_equal(want.view(np.uint32), got.view(np.uint32)), (be, scale)
+        for be in (backends.get("reference"), cpu_backend):
+            got = be.decode_sum(bufs, fmt, n, np.full(n, np.nan, np.float32), scale)
+            assert np.array_equal(want.view(np.uint32), got.view(np.uint32)), (be.__name__, scale)
 
 
 def test_sum_of_no_ranks_is_zero():

@@ -133,12 +133,13 @@ def decode_sum(bufs: Sequence[np.ndarray], fmt: Format, n: int, out: np.ndarray,
             return _sum(bufs, fmt, n, out, scale, nt, "avx512")
         if avx2_decodes(fmt, n):
             return _sum(bufs, fmt, n, out, scale, native.decode_values(fmt), "avx2")
-        if len(bufs) >= 2:  # Numba: the first two parts in one pass, each further one added in one
-            last = len(bufs) - 1
-            _numba_decode(bufs[:2], fmt, n, out, K.PAIR, scale if last == 1 else 1.0)
-            for r in range(2, len(bufs)):
-                _numba_decode([bufs[r]], fmt, n, out, K.ACCUMULATE, scale if r == last else 1.0)
-            return out
+        # Numba: one part decoded times the factor, or the first two in one pass and each
+        # further one added in one, the factor in the last pass
+        last = len(bufs) - 1
+        _numba_decode(bufs[:2], fmt, n, out, K.PAIR if last else K.DECODE, scale if last <= 1 else 1.0)
+        for r in range(2, len(bufs)):
+            _numba_decode([bufs[r]], fmt, n, out, K.ACCUMULATE, scale if r == last else 1.0)
+        return out
     return decode_sum_by_parts(decode, bufs, fmt, n, out, scale)
 
 

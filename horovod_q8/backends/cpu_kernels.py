@@ -71,8 +71,9 @@ def _nearest_carry(vt, length, carry, hi, lo, ct):
     """ct = count(mids < v) for an 8-bit table: (carry[key] + low) >> 16 (codebooks.carry_table).
 
     The keys first, in a loop that vectorises, then the lookups alone: one table read per code
-    (0.5 ns on Zen 3) where a table read, a read of the mid and a comparison took 0.8; with the
-    keys' loop the whole encode is 0-7% faster (docs/performance.md, the Numba codec table).
+    (about 0.5 ns on Zen 3, where a table read, a read of the mid and a comparison took 0.8: a
+    scratch timing, no log); the whole encode is 0-7% faster (docs/performance.md, the Numba
+    codec table).
     """
     vb = vt.view(np.int32)
     for i in range(length):
@@ -492,7 +493,7 @@ def _decode_segment(codes, codes1, i, e, bits, st, st1, out, mode, post):
             _decode_words_acc(c64, st, post, o8)
         else:
             _decode_words(c64, st, o8)
-        for j in range(body - (cs.size - 8 * words), body):
+        for j in range(head + 8 * words, body):
             _decode_one(codes, codes1, j, per, bits, st, st1, out, mode, post)
     elif mode == PAIR:
         _pair_packed(cs, cs1, st, st1, post, os, bits)
@@ -512,7 +513,7 @@ def decode(codes, codes1, n, block, scales, scales1, has_scales, table, bits, ou
         start = c * CHUNK
         end = min(start + CHUNK, n)
         st = np.empty(table.size, dtype=np.float32)
-        st1 = np.empty(table.size, dtype=np.float32)
+        st1 = np.empty(table.size if mode == PAIR else 0, dtype=np.float32)
         i = start
         while i < end:
             s = np.float32(1)
