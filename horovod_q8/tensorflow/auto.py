@@ -51,7 +51,7 @@ def probe(compressors: Dict[str, Any]) -> Probe:
                             name=f"horovod_q8.auto.{k}.{name}.{n}"))
 
     def send_fused(name: str, n: int) -> None:
-        # as the fused reducer leaves a step's none and fp16 tensors to Horovod, which fuses them
+        # as the fused reducer sends a bucket of none or fp16 tensors: one grouped allreduce
         part = values(n // FUSED_PARTS, tf.float32)
         out = hvd.grouped_allreduce([part] * FUSED_PARTS, op=hvd.Sum, compression=compressors[name],
                                     name=f"horovod_q8.auto.{k}.fused.{name}.{n}")

@@ -4,7 +4,9 @@ argv[1]:
 - "train": Keras fit with `hvd.DistributedOptimizer(opt, compression=Auto)` (the fused path)
   and `hvd.allreduce(t, compression=Auto)` per tensor at sizes on both sides of min_size;
   identical weights and sums on every rank, each per-tensor sum equal to the fixed compressor
-  Auto chose; saves a checkpoint to argv[2] and prints the plan's fingerprint.
+  Auto chose; a step whose buckets go differently (a saved calibration of a slow link: the small
+  bucket through Horovod's own path, the large one as q8), each bucket's sum what its choice alone gives;
+  saves a checkpoint to argv[2] and prints the plan's fingerprint.
 - "resume": restores argv[2] into a fresh optimizer; the plan comes from the checkpoint (no
   measuring) and has the fingerprint "train" printed.
 - "forced": HOROVOD_Q8_AUTO=q4 on every rank (and allow none, fp16, q8, q4): every bucket and
@@ -73,6 +75,41 @@ def per_tensor(auto) -> None:
             print(f"per tensor n={n}: {chosen}, relative error {err:.2e}", flush=True)
 
 
+def slow_link(auto) -> dict:
+    """A saved calibration: 1 Gbit/s links, fp16's and q8's paths 2 ms dearer than their model
+    (host calls, extra collectives), so a step's small buckets go through Horovod's own path
+    (none, or fp16 as its share of Horovod's fused message) and large ones as q8."""
+    bw = 1e9 / 8
+    cal = A.Calibration(hvd.size(), 50e-6, bw, bw, (("fp16", 2e9, 2e9, 2e9), ("q8", 1e9, 1e9, 1e9)))
+    plan = A.AutoPlan(A.Auto(auto.allow, auto.min_size, auto.options), cal)
+    small = tuple((nm, plan.model(nm, A.SMALL) + (0.0 if nm == "none" else 2e-3)) for nm in auto.allow)
+    return {"auto": auto.fingerprint(), "calibration": A.Calibration(hvd.size(), 50e-6, bw, bw, cal.rates,
+                                                                     small).to_dict()}
+
+
+def mixed_buckets() -> None:
+    """The fused reducer with buckets sent differently in one step: the small bucket's tensors are
+    Horovod's own average (none or fp16), the q8 bucket's what a fixed q8 reducer gives for it."""
+    auto = compressor("auto", min_size=512)  # a setting of its own: not the trained model's plan
+    auto.load_state_dict(slow_link(auto))
+    shapes = [(300,), (40, 17), (400_000,)]  # buckets in backprop order: [2], then [1, 0]
+    grads = [tf.constant(np.random.default_rng(10 * i + hvd.rank()).standard_normal(s).astype(np.float32))
+             for i, s in enumerate(shapes)]
+    reducer = FusedReducer("mixed", auto, False, hvd_tf.Average, 1.0, fusion_bytes=1 << 20)
+    got = [t.numpy() for t in reducer(grads)]
+    large, small = (c.name for c in auto.plan().choose_step([400_000, 980]))
+    assert large == "q8" and small in ("none", "fp16"), (large, small)
+    for i in (0, 1):
+        want = hvd_tf.allreduce(grads[i], op=hvd_tf.Average, compression=auto.compressors[small],
+                                name=f"mixed.plain{i}").numpy()
+        np.testing.assert_array_equal(got[i], want)
+    fixed = FusedReducer("mixed_q8", compressor("q8"), False, hvd_tf.Average, 1.0, fusion_bytes=1 << 20)
+    np.testing.assert_array_equal(got[2], fixed([grads[2]])[0].numpy())
+    exact = hvd_tf.allreduce(grads[2], op=hvd_tf.Average, name="mixed.exact").numpy()
+    assert 0 < np.abs(got[2] - exact).max() < 0.05 * np.abs(exact).max()  # quantized, within q8's error
+    same_on_every_rank(got, "mixed buckets")
+
+
 def fingerprint(auto) -> str:
     return json.dumps(auto.plan().fingerprint(), sort_keys=True)
 
@@ -91,6 +128,7 @@ def main() -> None:
     assert restored == (what == "resume"), (what, restored)
     if what == "train":
         per_tensor(auto)
+        mixed_buckets()
         if hvd.rank() == 0:  # one writer; the calibration saved is the same on every rank
             tf.train.Checkpoint(optimizer=opt).write(sys.argv[2])
         hvd_tf.allgather_object(0, name="written")
