@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import horovod_q8 as q
-from horovod_q8.formats import codebooks, get
+from horovod_q8.formats import codebooks, get, names
 from horovod_q8.formats import reference as R
 
 from conftest import edge_tensor
@@ -95,3 +95,22 @@ def test_numba_decode_with_a_factor_or_accumulating(numba_only, name, block, n):
     base = np.random.default_rng(1).standard_normal(n).astype(np.float32)
     got = numba_only.decode(buf, fmt, n, out=base.copy(), accumulate=True)
     np.testing.assert_array_equal((base + ref).view(np.uint32), got.view(np.uint32))
+
+
+@pytest.mark.parametrize("name", names())
+@pytest.mark.parametrize("with_residual", [True, False])
+def test_read_only_arrays_encode_and_decode_through_numba(numba_only, name, with_residual):
+    """TensorFlow hands the engine read-only arrays, which Numba types apart from writable ones:
+    the same bytes and values as the reference, with or without a residual for threshold formats."""
+    fmt = get(name).for_group("dense").for_shape((5000,))
+    if with_residual and not fmt.uses_residual:
+        pytest.skip("only threshold formats take a residual")
+    x = edge_tensor(5000, np.random.default_rng(3))
+    x.setflags(write=False)
+    residual = np.zeros(5000, np.float32) if fmt.uses_residual and with_residual else None
+    ref_residual = None if residual is None else residual.copy()
+    buf = q.quantize(x, fmt, residual=residual, backend="cpu")
+    assert np.array_equal(buf, q.quantize(x, fmt, residual=ref_residual, backend="reference"))
+    buf.setflags(write=False)
+    want = q.dequantize(buf, fmt, 5000, backend="reference")
+    np.testing.assert_array_equal(q.dequantize(buf, fmt, 5000, backend="cpu").view(np.uint32), want.view(np.uint32))

@@ -362,7 +362,7 @@ def encode_threshold(x, n, residual, use_residual, codes, levels, n_levels, bits
                 gt[j] = xs[j] + rs[j]
             _threshold_chunk(gt, levels, n_levels, half, ct, rs, True)
         else:
-            _threshold_chunk(xs, levels, n_levels, half, ct, xs, False)  # xs is not written
+            _threshold_chunk(xs, levels, n_levels, half, ct, residual, False)  # an empty array, not written
         _pack(ct, length, bits, codes[start // per:])
 
 

@@ -19,21 +19,27 @@ from horovod_q8.formats import get, names
 
 
 def warm() -> float:
-    """Seconds spent encoding and decoding every format at both sizes."""
+    """Seconds spent encoding and decoding every format at both sizes, from writable arrays and
+    from read-only ones: Numba compiles each kind apart, and TensorFlow hands the engine
+    read-only tensors (compiled at the first step, they cost 19 s on 2 loopback ranks,
+    docs/runs/auto/2026-12-06-852d1cb/loopback_numba.log)."""
     from horovod_q8.backends import cpu_kernels
 
     t = time.perf_counter()
     rng = np.random.default_rng(0)
     for n in (4099, cpu_kernels.PARALLEL_MIN + 4099):
-        x = rng.standard_normal(n).astype(np.float32)
-        for name in names():
-            fmt = get(name).for_group("dense")
-            residual = np.zeros(n, np.float32) if fmt.uses_residual else None
-            buf = codec.quantize(x, fmt, residual=residual)
-            out = codec.dequantize(buf, fmt, n)
-            codec.dequantize(buf, fmt, n, out=out, accumulate=True)
-            if fmt.kind == "codebook":
-                codec.quantize(x, get(name, rounding="stochastic"), seed=1)
+        for writable in (True, False):
+            x = rng.standard_normal(n).astype(np.float32)
+            x.setflags(write=writable)
+            for name in names():
+                fmt = get(name).for_group("dense")
+                residual = np.zeros(n, np.float32) if fmt.uses_residual else None
+                buf = codec.quantize(x, fmt, residual=residual)
+                buf.setflags(write=writable)
+                out = codec.dequantize(buf, fmt, n)
+                codec.dequantize(buf, fmt, n, out=out, accumulate=True)
+                if fmt.kind == "codebook":
+                    codec.quantize(x, get(name, rounding="stochastic"), seed=1)
     return time.perf_counter() - t
 
 
