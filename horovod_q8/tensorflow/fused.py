@@ -33,8 +33,9 @@ class FusedReducer(tf.Module):
     gradients in buckets of up to fusion_bytes, each through one compressed sum.
 
     compression: a Q8Compressor, or an AutoCompressor: each bucket then goes as the format Auto
-    chooses for its size (none and fp16: one Horovod grouped allreduce per bucket); its calibration is kept in
-    `auto_calibration`, so the optimizer's checkpoint restores the same choices."""
+    chooses for its size (none and fp16: one Horovod grouped allreduce per bucket); its
+    calibration is kept in `auto_calibration`, so the optimizer's checkpoint restores the same
+    choices."""
 
     def __init__(self, name: str, compression, sparse_as_dense: bool, op,
                  gradient_predivide_factor: float, fusion_bytes: int = DEFAULT_FUSION_BYTES,
