@@ -8,7 +8,7 @@
 // each holding at most one mid), whose entry gives the count below the cell and, added to the
 // float's low 17 bits, carries one more where the cell's mid lies below it; eight scalar loads
 // per vector, their indices moved out as four 64-bit words. q4's count comes from two mids
-// looked up by binade.
+// looked up by binade, and so does the 4-bit threshold count where the levels allow it.
 // Built with -ffp-contract=off.
 #include <stdint.h>
 #include <string.h>
@@ -312,20 +312,65 @@ AVX2 void hq8_avx2_encode4(const float *x, int64_t n, int64_t block, uint32_t *s
 
 // ---- threshold codes (sign + level index, as MXNet's 2-bit ones), with or without a residual ----
 
-// k = count(levels <= |g|) over the first nlev levels (a constant where it is inlined), code = k,
-// or k + half when g < 0 < k, half for a non-finite g; the residual keeps g - the value sent
-// (0 for a non-finite g): codec_x86.c's threshold16, 8 lanes. vals: 0, then the levels.
+// The 4-bit levels by binade, where they lie in at most 8 binades with at most two in each (as
+// halving levels do): count(levels <= |g|) = below[idx] + (A > l1[idx]) + (A > l2[idx]), A the
+// bits of |g|, idx its binade from the lowest level's, clamped to [0, 7]; l1, l2: the bits of the
+// binade's levels minus one (INT32_MAX where it has fewer). Three permutes and two compares in
+// place of seven compares.
+typedef struct {
+    __m256i below, l1, l2, e0;
+} level_binades;
+
+// L for the first nlev levels, where they allow it: 1, else 0.
+AVX2 static int binades_of(const float *levels, int nlev, level_binades *L) {
+    int32_t below[8] = {0}, l1[8], l2[8], cnt[8] = {0};
+    int n = 0;
+    while (n < nlev && levels[n] < __builtin_inff()) n++;  // the finite levels (padded with +Inf)
+    if (n == 0 || !(levels[0] >= 0.0f)) return 0;
+    uint32_t b0;
+    memcpy(&b0, levels, 4);
+    for (int q = 0; q < 8; q++) l1[q] = l2[q] = INT32_MAX;
+    for (int q = 0; q < n; q++) {
+        uint32_t b;
+        memcpy(&b, levels + q, 4);
+        uint32_t e = (b >> 23) - (b0 >> 23);
+        if (e > 7 || cnt[e] > 1) return 0;  // too wide a span, or a third level in one binade
+        (cnt[e] ? l2 : l1)[e] = (int32_t)b - 1;
+        cnt[e]++;
+    }
+    for (int q = 1; q < 8; q++) below[q] = below[q - 1] + cnt[q - 1];
+    L->below = _mm256_loadu_si256((const __m256i *)below);
+    L->l1 = _mm256_loadu_si256((const __m256i *)l1);
+    L->l2 = _mm256_loadu_si256((const __m256i *)l2);
+    L->e0 = _mm256_set1_epi32((int32_t)(b0 >> 23));
+    return 1;
+}
+
+// k = count(levels <= |g|) over the first nlev levels (a constant where it is inlined), by
+// binade where LB is not NULL; code = k, or k + half when g < 0 < k, half for a non-finite g;
+// the residual keeps g - the value sent (0 for a non-finite g): codec_x86.c's threshold16, 8
+// lanes. vals: 0, then the levels; neg_vals: 0, then minus the levels; neg_codes: 0, then k + half.
 AVX2 static inline __attribute__((always_inline)) __m256i threshold8(__m256 g, const __m256 lv[7], const int nlev,
-                                                                      __m256 vals, __m256i half, __m256 *rs) {
+                                                                      const level_binades *LB, __m256 vals,
+                                                                      __m256 neg_vals, __m256i neg_codes,
+                                                                      __m256i half, __m256 *rs) {
     __m256 a = _mm256_and_ps(g, _mm256_castsi256_ps(_mm256_set1_epi32((int)ABS_MASK)));
-    __m256i k = _mm256_setzero_si256();
-    for (int q = 0; q < nlev; q++) k = _mm256_sub_epi32(k, _mm256_castps_si256(_mm256_cmp_ps(lv[q], a, _CMP_LE_OQ)));
-    __m256 val = _mm256_permutevar8x32_ps(vals, k);  // levels increase: the largest level <= |g|
-    __m256 neg = _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_LT_OQ);
+    __m256i k;
+    if (LB) {
+        __m256i A = _mm256_castps_si256(a);
+        __m256i idx = _mm256_min_epu32(_mm256_subs_epu16(_mm256_srli_epi32(A, 23), LB->e0), _mm256_set1_epi32(7));
+        k = _mm256_sub_epi32(_mm256_permutevar8x32_epi32(LB->below, idx),
+                             _mm256_cmpgt_epi32(A, _mm256_permutevar8x32_epi32(LB->l1, idx)));
+        k = _mm256_sub_epi32(k, _mm256_cmpgt_epi32(A, _mm256_permutevar8x32_epi32(LB->l2, idx)));
+    } else {
+        k = _mm256_setzero_si256();
+        for (int q = 0; q < nlev; q++) k = _mm256_sub_epi32(k, _mm256_castps_si256(_mm256_cmp_ps(lv[q], a, _CMP_LE_OQ)));
+    }
+    // g < 0 (a negative zero too, whose k is 0: entry 0 of the negative tables is k = 0's)
+    __m256 sent = _mm256_blendv_ps(_mm256_permutevar8x32_ps(vals, k), _mm256_permutevar8x32_ps(neg_vals, k), g);
+    __m256i code = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(k),
+                                                        _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(neg_codes, k)), g));
     __m256 finite = _mm256_cmp_ps(a, _mm256_set1_ps(__builtin_inff()), _CMP_LT_OQ);
-    __m256i signed_k = _mm256_andnot_si256(_mm256_cmpeq_epi32(k, _mm256_setzero_si256()), _mm256_castps_si256(neg));
-    __m256i code = _mm256_add_epi32(k, _mm256_and_si256(signed_k, half));
-    __m256 sent = _mm256_xor_ps(val, _mm256_and_ps(neg, _mm256_set1_ps(-0.0f)));
     *rs = _mm256_and_ps(_mm256_sub_ps(g, sent), finite);
     return _mm256_blendv_epi8(half, code, _mm256_castps_si256(finite));
 }
@@ -340,12 +385,13 @@ AVX2 static inline void store32_2(uint8_t *dst, __m256i b) {
 
 // Elements [0, 32) of x (and residual): codes into dst (32 * bits / 8 bytes), the residual updated.
 AVX2 static inline __attribute__((always_inline)) void threshold32(
-        const int bits, const float *x, float *residual, uint8_t *dst, const __m256 lv[7], __m256 vals, __m256i half) {
+        const int bits, const float *x, float *residual, uint8_t *dst, const __m256 lv[7], const level_binades *LB,
+        __m256 vals, __m256 neg_vals, __m256i neg_codes, __m256i half) {
     __m256i c[4];
     for (int q = 0; q < 4; q++) {
         __m256 g = _mm256_loadu_ps(x + 8 * q), rs;
         if (residual) g = _mm256_add_ps(g, _mm256_loadu_ps(residual + 8 * q));
-        c[q] = threshold8(g, lv, (1 << (bits - 1)) - 1, vals, half, &rs);
+        c[q] = threshold8(g, lv, (1 << (bits - 1)) - 1, LB, vals, neg_vals, neg_codes, half, &rs);
         if (residual) _mm256_storeu_ps(residual + 8 * q, rs);
     }
     __m256i b = bytes32(c[0], c[1], c[2], c[3]);
@@ -354,13 +400,16 @@ AVX2 static inline __attribute__((always_inline)) void threshold32(
 }
 
 AVX2 static inline __attribute__((always_inline)) void threshold_k(
-        const int bits, const float *x, int64_t n, float *residual, uint8_t *codes, const float *levels) {
+        const int bits, const float *x, int64_t n, float *residual, uint8_t *codes, const float *levels,
+        const level_binades *LB) {
     const int nlev = (1 << (bits - 1)) - 1;
     __m256 lv[7];
     for (int q = 0; q < nlev; q++) lv[q] = _mm256_set1_ps(levels[q]);
-    float v[8] = {0.0f};
-    for (int q = 0; q < nlev; q++) v[q + 1] = levels[q];
-    const __m256 vals = _mm256_loadu_ps(v);
+    float v[8] = {0.0f}, nv[8] = {0.0f};
+    int32_t nc[8] = {0};
+    for (int q = 0; q < nlev; q++) v[q + 1] = levels[q], nv[q + 1] = -levels[q], nc[q + 1] = q + 1 + (1 << (bits - 1));
+    const __m256 vals = _mm256_loadu_ps(v), neg_vals = _mm256_loadu_ps(nv);
+    const __m256i neg_codes = _mm256_loadu_si256((const __m256i *)nc);
     const __m256i half = _mm256_set1_epi32(1 << (bits - 1));
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
@@ -370,7 +419,7 @@ AVX2 static inline __attribute__((always_inline)) void threshold_k(
             _mm_prefetch((const char *)(residual + i + PREFETCH_AHEAD), _MM_HINT_T0);
             _mm_prefetch((const char *)(residual + i + PREFETCH_AHEAD + 16), _MM_HINT_T0);
         }
-        threshold32(bits, x + i, residual ? residual + i : NULL, codes + i * bits / 8, lv, vals, half);
+        threshold32(bits, x + i, residual ? residual + i : NULL, codes + i * bits / 8, lv, LB, vals, neg_vals, neg_codes, half);
     }
     if (i < n) {  // the tail through the same vectors: padded with zeros (code 0, the unused bits 0)
         const int64_t left = n - i;
@@ -378,7 +427,7 @@ AVX2 static inline __attribute__((always_inline)) void threshold_k(
         uint8_t ct[16];
         memcpy(xt, x + i, (size_t)left * 4);
         if (residual) memcpy(rt, residual + i, (size_t)left * 4);
-        threshold32(bits, xt, residual ? rt : NULL, ct, lv, vals, half);
+        threshold32(bits, xt, residual ? rt : NULL, ct, lv, LB, vals, neg_vals, neg_codes, half);
         memcpy(codes + i * bits / 8, ct, (size_t)((left * bits + 7) / 8));
         if (residual) memcpy(residual + i, rt, (size_t)left * 4);
     }
@@ -388,8 +437,13 @@ AVX2 static inline __attribute__((always_inline)) void threshold_k(
 // residual is not NULL), 8 / bits to a byte, from a byte. levels: increasing, padded with +Inf to 7.
 AVX2 void hq8_avx2_threshold(const float *x, int64_t n, float *residual, uint8_t *codes, const float *levels,
                              int bits) {
-    if (bits == 4) threshold_k(4, x, n, residual, codes, levels);
-    else threshold_k(2, x, n, residual, codes, levels);
+    if (bits == 2) {
+        threshold_k(2, x, n, residual, codes, levels, NULL);
+        return;
+    }
+    level_binades L;
+    if (binades_of(levels, 7, &L)) threshold_k(4, x, n, residual, codes, levels, &L);
+    else threshold_k(4, x, n, residual, codes, levels, NULL);
 }
 
 // ---- decoding: 8-bit codes of a symmetric table, 4- and 2-bit codes of any 16- or 4-entry table ----

@@ -17,6 +17,7 @@ from horovod_q8 import backends
 from horovod_q8.backends import cpu, native
 from horovod_q8.backends.cpu_kernels import PARALLEL_MIN, SERIAL
 from horovod_q8.formats import codebooks, get
+from horovod_q8.formats.spec import halving_levels
 
 from conftest import edge_tensor
 
@@ -261,7 +262,23 @@ def test_switched_off_by_environment():
 @pytest.mark.parametrize("name", ["q4_threshold", "twobit"])
 def test_threshold_codes_and_residual_match_the_reference(n, with_residual, name):
     """g = x + residual at and around every level, both signs, +-0, NaN and +-Inf."""
-    fmt = get(name).for_shape((n,))
+    _check_threshold(get(name).for_shape((n,)), n, with_residual)
+
+
+@any_native
+@pytest.mark.parametrize("levels", [
+    (0.01, 0.015, 0.02, 0.03, 0.04, 0.06, 0.08),  # two in a binade
+    (0.1, 0.12, 0.14, 0.16, 0.18, 0.2, 0.22),  # more than two: the kernels count level by level
+    (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1.0),  # over more than 8 binades: the same
+    tuple(float(v) for v in halving_levels(1e-38)),  # subnormal levels share one binade
+    (0.5,), (0.25, 3.0)])
+@pytest.mark.parametrize("with_residual", [True, False])
+def test_threshold_codes_for_any_levels_match_the_reference(levels, with_residual):
+    """The AVX2 kernel counts levels by binade where they allow it, else level by level."""
+    _check_threshold(replace(get("q4_threshold").for_shape((4099,)), levels=levels), 4099, with_residual)
+
+
+def _check_threshold(fmt, n: int, with_residual: bool) -> None:
     lv = np.asarray(fmt.levels, np.float32)
     special = np.concatenate([lv, np.nextafter(lv, np.float32(0)), np.nextafter(lv, np.float32(np.inf)),
                               [0.0, -0.0, np.nan, np.inf, -np.inf]]).astype(np.float32)
