@@ -1,5 +1,6 @@
-"""`bench.common.rounds`: every compression timed once per round in rotating order, ratios
-taken within a round; and `bench allreduce` (breakdown, sizes) printing them at -np 2."""
+"""`bench.common.rounds`: every compression timed once per round, in an order shuffled each
+round, ratios taken within a round; and `bench allreduce` (breakdown, sizes) printing them at
+-np 2."""
 from __future__ import annotations
 
 import re
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from horovod_q8.bench.common import markdown, ratio_range, readback, round_ratios, rounds
+from horovod_q8.bench.common import markdown, ratio_range, readback, round_order, round_ratios, rounds
 
 
 def test_a_ratio_range_is_rounded_as_the_median_beside_it():
@@ -20,14 +21,26 @@ def test_a_ratio_range_is_rounded_as_the_median_beside_it():
     assert ratio_range(1.8467, 2.6705) == "1.85-2.67"
 
 
-def test_every_fn_once_per_round_after_a_warm_up_in_rotating_order():
+def test_every_fn_once_per_round_after_a_warm_up_in_a_shuffled_order():
     calls = []
     fns = {k: (lambda k=k: calls.append(k)) for k in "abc"}
     times = rounds(fns, 4)
     assert calls[:3] == list("abc")  # the warm-ups
-    assert calls[3:] == list("abc") + list("bca") + list("cab") + list("abc")
+    assert calls[3:] == [name for r in range(4) for name in round_order("abc", r)]
     assert {k: len(v) for k, v in times.items()} == {"a": 4, "b": 4, "c": 4}
     assert all(t >= 0 for v in times.values() for t in v)
+
+
+def test_every_name_runs_after_every_other_and_in_every_place():
+    """A fixed rotation keeps one predecessor for good; a shuffle per round (the same on every
+    rank) gives each name every predecessor and every place within bench auto's 41 rounds."""
+    names = ["none", "fp16", "q8", "q4", "auto"]
+    orders = [round_order(names, r) for r in range(41)]
+    assert orders == [round_order(list(names), r) for r in range(41)]  # deterministic: every rank alike
+    assert all(sorted(o) == sorted(names) for o in orders)
+    before = {n: {o[o.index(n) - 1] for o in orders if o.index(n) > 0} for n in names}
+    assert all(before[n] == set(names) - {n} for n in names), before
+    assert all({o.index(n) for o in orders} == set(range(5)) for n in names)
 
 
 def test_ratios_are_taken_within_a_round():

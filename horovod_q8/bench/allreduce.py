@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> None:
         print(f"## {title}\n\n" + markdown(["compression", "ms", "MB sent/rank", "speedup vs fp32",
                                            "speedup vs fp16", "vs fp16, range over rounds"], rows)
               + f"\n\nms: the slowest rank's median of {args.repeats} rounds, every compression once "
-              "per round in rotating order, then a read-back of "
+              "per round in an order shuffled each round, then a read-back of "
               + ("one element" if args.readback == "one" else "every result into NumPy")
               + "; speedups: the median of the ratios within a round\n", flush=True)
 

@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> None:
               + markdown(["Auto", "time ratio (median over rounds)", "range", "Auto slower by"],
                          verdict(times, allow))
               + f"\n\nms: the slowest rank's median of {args.repeats} rounds, each compression once per "
-                "round in rotating order; ratios: base time / Auto time within a round\n", flush=True)
+                "round in an order shuffled each round; ratios: base time / Auto time within a round\n", flush=True)
 
     n = args.elements
     x = tf.constant(np.random.default_rng(hvd.rank()).standard_normal(n).astype(np.float32))

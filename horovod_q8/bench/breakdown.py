@@ -181,7 +181,7 @@ def run(elements: int, names: List[tuple], repeats: int, back: str = "one") -> D
                         "page faults/op (k, rank 0)", "MB sent/rank", "speedup vs fp16",
                         "lowest", "highest"], table), flush=True)
         print(f"\ntotal: the slowest rank's median of {repeats} rounds, every compression once per round "
-              f"in rotating order, each op followed by a read-back of "
+              f"in an order shuffled each round, each op followed by a read-back of "
               f"{'one element' if back == 'one' else 'its whole result into NumPy'}; speedup vs fp16: the median (lowest, highest) of the ratios within a "
               "round. codec kernels: time inside the host calls; collectives / host calls alone: the same "
               "byte collectives, and the same host calls without coding, each timed by itself; rest: "

@@ -22,17 +22,26 @@ def timeit(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
     return times[len(times) // 2]
 
 
+def round_order(names: Sequence[str], r: int) -> List[str]:
+    """The order of round r: a shuffle of the names seeded by r, so every rank runs the same
+    order, and every name is as likely to run in any place and after any other name. In a fixed
+    rotation every name always followed the same one, and Auto sending exactly q8's buckets
+    measured from 11.5% faster to 8.9% slower than q8 by link (docs/runs/auto/2026-12-06-e81a5ab,
+    ResNet-50 rows)."""
+    return [names[i] for i in np.random.default_rng(r).permutation(len(names))]
+
+
 def rounds(fns: Dict[str, Callable[[], object]], repeats: int) -> Dict[str, List[float]]:
     """Wall seconds of every fn in each of `repeats` rounds, each fn once per round after one
-    warm-up call each, the order rotated every round: a slow spell of a shared machine then
-    hits every compression alike instead of whichever ran during it (fp16 alone measured 539
-    to 1069 ms for the same tensor in different runs here on 2026-12-02)."""
+    warm-up call each, in `round_order`: a slow spell of a shared machine then hits every
+    compression alike instead of whichever ran during it (fp16 alone measured 539 to 1069 ms
+    for the same tensor in different runs here on 2026-12-02)."""
     names = list(fns)
     for name in names:
         fns[name]()
     times: Dict[str, List[float]] = {name: [] for name in names}
     for r in range(repeats):
-        for name in names[r % len(names):] + names[: r % len(names)]:
+        for name in round_order(names, r):
             t = time.perf_counter()
             fns[name]()
             times[name].append(time.perf_counter() - t)
