@@ -557,15 +557,61 @@ AVX512 static inline __m128i pack16_2(__m512i c) {
     return _mm_cvtepi32_epi8(_mm_madd_epi16(pairs, _mm_set1_epi32(0x00100001)));  // + 16 (c2 + 4 c3)
 }
 
-// k = count(levels <= |g|) over the first nlev levels (a constant where it is inlined), code = k,
-// or k + half when g < 0 < k, half for a non-finite g; the residual keeps g - the value sent
-// (0 for a non-finite g). vals: 0, then the levels (the value of count k is vals[k]).
+// The 4-bit levels by binade, where they lie in at most 16 binades with at most two in each (as
+// halving levels do): count(levels <= |g|) = below[idx] + (A > l1[idx]) + (A > l2[idx]), A the
+// bits of |g|, idx its binade from the lowest level's, clamped to [0, 15]; l1, l2: the bits of
+// the binade's levels minus one (INT32_MAX where it has fewer), as codec_avx2.c's, 16 wide.
+typedef struct {
+    __m512i below, l1, l2, e0;
+} level_binades16;
+
+// L for the first nlev levels, where they allow it: 1, else 0.
+AVX512 static int binades16_of(const float *levels, int nlev, level_binades16 *L) {
+    int32_t below[16] = {0}, l1[16], l2[16], cnt[16] = {0};
+    int n = 0;
+    while (n < nlev && levels[n] < __builtin_inff()) n++;  // the finite levels (padded with +Inf)
+    if (n == 0 || !(levels[0] >= 0.0f)) return 0;
+    uint32_t b0;
+    memcpy(&b0, levels, 4);
+    for (int q = 0; q < 16; q++) l1[q] = l2[q] = INT32_MAX;
+    for (int q = 0; q < n; q++) {
+        uint32_t b;
+        memcpy(&b, levels + q, 4);
+        uint32_t e = (b >> 23) - (b0 >> 23);
+        if (e > 15 || cnt[e] > 1) return 0;  // too wide a span, or a third level in one binade
+        (cnt[e] ? l2 : l1)[e] = (int32_t)b - 1;
+        cnt[e]++;
+    }
+    for (int q = 1; q < 16; q++) below[q] = below[q - 1] + cnt[q - 1];
+    L->below = _mm512_loadu_si512(below);
+    L->l1 = _mm512_loadu_si512(l1);
+    L->l2 = _mm512_loadu_si512(l2);
+    L->e0 = _mm512_set1_epi32((int32_t)(b0 >> 23));
+    return 1;
+}
+
+// k = count(levels <= |g|) over the first nlev levels (a constant where it is inlined), by
+// binade where LB is not NULL; code = k, or k + half when g < 0 < k, half for a non-finite g;
+// the residual keeps g - the value sent (0 for a non-finite g). vals: 0, then the levels (the
+// value of count k is vals[k]).
 AVX512 static inline __attribute__((always_inline)) __m512i threshold16(__m512 g, const __m512 lv[7], const int nlev,
-                                                                        __m512 vals, __m512i half, __m512 *rs) {
+                                                                        const level_binades16 *LB, __m512 vals,
+                                                                        __m512i half, __m512 *rs) {
     __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(g), _mm512_set1_epi32((int)ABS_MASK)));
-    __m512i k = _mm512_setzero_si512();
-    for (int q = 0; q < nlev; q++)
-        k = _mm512_mask_add_epi32(k, _mm512_cmp_ps_mask(lv[q], a, _CMP_LE_OQ), k, _mm512_set1_epi32(1));
+    __m512i k;
+    if (LB) {
+        __m512i A = _mm512_castps_si512(a);
+        __m512i idx = _mm512_min_epu32(_mm512_subs_epu16(_mm512_srli_epi32(A, 23), LB->e0), _mm512_set1_epi32(15));
+        k = _mm512_permutexvar_epi32(idx, LB->below);
+        k = _mm512_mask_add_epi32(k, _mm512_cmpgt_epi32_mask(A, _mm512_permutexvar_epi32(idx, LB->l1)), k,
+                                  _mm512_set1_epi32(1));
+        k = _mm512_mask_add_epi32(k, _mm512_cmpgt_epi32_mask(A, _mm512_permutexvar_epi32(idx, LB->l2)), k,
+                                  _mm512_set1_epi32(1));
+    } else {
+        k = _mm512_setzero_si512();
+        for (int q = 0; q < nlev; q++)
+            k = _mm512_mask_add_epi32(k, _mm512_cmp_ps_mask(lv[q], a, _CMP_LE_OQ), k, _mm512_set1_epi32(1));
+    }
     __m512 val = _mm512_permutexvar_ps(k, vals);  // levels increase: the largest level <= |g|
     __mmask16 neg = _mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_LT_OQ);
     __mmask16 finite = _mm512_cmp_ps_mask(a, _mm512_set1_ps(__builtin_inff()), _CMP_LT_OQ);
@@ -589,7 +635,8 @@ static int threshold_one(float g, const float *levels, int nlev, int half, float
 }
 
 AVX512 static inline __attribute__((always_inline)) void threshold_k(
-        const int bits, const float *x, int64_t n, float *residual, uint8_t *codes, const float *levels) {
+        const int bits, const float *x, int64_t n, float *residual, uint8_t *codes, const float *levels,
+        const level_binades16 *LB) {
     const int nlev = (1 << (bits - 1)) - 1, half = 1 << (bits - 1), per = 8 / bits;
     __m512 lv[7];
     for (int q = 0; q < nlev; q++) lv[q] = _mm512_set1_ps(levels[q]);
@@ -604,7 +651,7 @@ AVX512 static inline __attribute__((always_inline)) void threshold_k(
         if (residual) _mm_prefetch((const char *)(residual + i + PREFETCH_AHEAD), _MM_HINT_T0);
         __m512 g = _mm512_loadu_ps(x + i);
         if (residual) g = _mm512_add_ps(g, _mm512_loadu_ps(residual + i));
-        __m512i c = threshold16(g, lv, nlev, vals, vh, &rs);
+        __m512i c = threshold16(g, lv, nlev, LB, vals, vh, &rs);
         if (residual) _mm512_storeu_ps(residual + i, rs);
         if (bits == 4) _mm_storel_epi64((__m128i *)(codes + i / per), pack16_4(c));
         else {
@@ -622,6 +669,11 @@ AVX512 static inline __attribute__((always_inline)) void threshold_k(
 // `bits`-bit threshold codes (4: 7 levels, 2: one) of g = x (+ residual, updated in place when
 // residual is not NULL), 8 / bits to a byte. levels: increasing, padded with +Inf to 7.
 AVX512 void hq8_threshold(const float *x, int64_t n, float *residual, uint8_t *codes, const float *levels, int bits) {
-    if (bits == 4) threshold_k(4, x, n, residual, codes, levels);
-    else threshold_k(2, x, n, residual, codes, levels);
+    if (bits == 2) {
+        threshold_k(2, x, n, residual, codes, levels, NULL);
+        return;
+    }
+    level_binades16 L;
+    if (binades16_of(levels, 7, &L)) threshold_k(4, x, n, residual, codes, levels, &L);
+    else threshold_k(4, x, n, residual, codes, levels, NULL);
 }

@@ -274,7 +274,7 @@ def test_threshold_codes_and_residual_match_the_reference(n, with_residual, name
     (0.5,), (0.25, 3.0)])
 @pytest.mark.parametrize("with_residual", [True, False])
 def test_threshold_codes_for_any_levels_match_the_reference(levels, with_residual):
-    """The AVX2 kernel counts levels by binade where they allow it, else level by level."""
+    """The AVX2 and AVX-512 kernels count levels by binade where they allow it, else level by level."""
     _check_threshold(replace(get("q4_threshold").for_shape((4099,)), levels=levels), 4099, with_residual)
 
 
