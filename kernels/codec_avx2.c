@@ -314,37 +314,12 @@ AVX2 void hq8_avx2_encode4(const float *x, int64_t n, int64_t block, uint32_t *s
 
 // The 4-bit levels by binade, where they lie in at most 8 binades with at most two in each (as
 // halving levels do): count(levels <= |g|) = below[idx] + (A > l1[idx]) + (A > l2[idx]), A the
-// bits of |g|, idx its binade from the lowest level's, clamped to [0, 7]; l1, l2: the bits of the
-// binade's levels minus one (INT32_MAX where it has fewer). Three permutes and two compares in
-// place of seven compares.
+// bits of |g|, idx its binade from the lowest level's (e0), clamped to [0, 7]; l1, l2: the bits
+// of the binade's levels minus one (INT32_MAX where it has fewer); built by native.py
+// (level_binades). Three permutes and two compares in place of seven compares.
 typedef struct {
     __m256i below, l1, l2, e0;
 } level_binades;
-
-// L for the first nlev levels, where they allow it: 1, else 0.
-AVX2 static int binades_of(const float *levels, int nlev, level_binades *L) {
-    int32_t below[8] = {0}, l1[8], l2[8], cnt[8] = {0};
-    int n = 0;
-    while (n < nlev && levels[n] < __builtin_inff()) n++;  // the finite levels (padded with +Inf)
-    if (n == 0 || !(levels[0] >= 0.0f)) return 0;
-    uint32_t b0;
-    memcpy(&b0, levels, 4);
-    for (int q = 0; q < 8; q++) l1[q] = l2[q] = INT32_MAX;
-    for (int q = 0; q < n; q++) {
-        uint32_t b;
-        memcpy(&b, levels + q, 4);
-        uint32_t e = (b >> 23) - (b0 >> 23);
-        if (e > 7 || cnt[e] > 1) return 0;  // too wide a span, or a third level in one binade
-        (cnt[e] ? l2 : l1)[e] = (int32_t)b - 1;
-        cnt[e]++;
-    }
-    for (int q = 1; q < 8; q++) below[q] = below[q - 1] + cnt[q - 1];
-    L->below = _mm256_loadu_si256((const __m256i *)below);
-    L->l1 = _mm256_loadu_si256((const __m256i *)l1);
-    L->l2 = _mm256_loadu_si256((const __m256i *)l2);
-    L->e0 = _mm256_set1_epi32((int32_t)(b0 >> 23));
-    return 1;
-}
 
 // k = count(levels <= |g|) over the first nlev levels (a constant where it is inlined), by
 // binade where LB is not NULL; code = k, or k + half when g < 0 < k, half for a non-finite g;
@@ -434,16 +409,20 @@ AVX2 static inline __attribute__((always_inline)) void threshold_k(
 }
 
 // `bits`-bit threshold codes (4: 7 levels, 2: one) of g = x (+ residual, updated in place when
-// residual is not NULL), 8 / bits to a byte, from a byte. levels: increasing, padded with +Inf to 7.
+// residual is not NULL), 8 / bits to a byte, from a byte. levels: increasing, padded with +Inf to
+// 7; binades: their level_binades (4 bits), or NULL where they do not fit one.
 AVX2 void hq8_avx2_threshold(const float *x, int64_t n, float *residual, uint8_t *codes, const float *levels,
-                             int bits) {
+                             int bits, const int32_t *binades) {
     if (bits == 2) {
         threshold_k(2, x, n, residual, codes, levels, NULL);
-        return;
+    } else if (binades) {  // below[8], l1[8], l2[8], e0
+        const level_binades L = {_mm256_loadu_si256((const __m256i *)binades),
+                                 _mm256_loadu_si256((const __m256i *)(binades + 8)),
+                                 _mm256_loadu_si256((const __m256i *)(binades + 16)), _mm256_set1_epi32(binades[24])};
+        threshold_k(4, x, n, residual, codes, levels, &L);
+    } else {
+        threshold_k(4, x, n, residual, codes, levels, NULL);
     }
-    level_binades L;
-    if (binades_of(levels, 7, &L)) threshold_k(4, x, n, residual, codes, levels, &L);
-    else threshold_k(4, x, n, residual, codes, levels, NULL);
 }
 
 // ---- decoding: 8-bit codes of a symmetric table, 4- and 2-bit codes of any 16- or 4-entry table ----

@@ -560,35 +560,11 @@ AVX512 static inline __m128i pack16_2(__m512i c) {
 // The 4-bit levels by binade, where they lie in at most 16 binades with at most two in each (as
 // halving levels do): count(levels <= |g|) = below[idx] + (A > l1[idx]) + (A > l2[idx]), A the
 // bits of |g|, idx its binade from the lowest level's, clamped to [0, 15]; l1, l2: the bits of
-// the binade's levels minus one (INT32_MAX where it has fewer), as codec_avx2.c's, 16 wide.
+// the binade's levels minus one (INT32_MAX where it has fewer), as codec_avx2.c's, 16 wide;
+// built by native.py (level_binades).
 typedef struct {
     __m512i below, l1, l2, e0;
 } level_binades16;
-
-// L for the first nlev levels, where they allow it: 1, else 0.
-AVX512 static int binades16_of(const float *levels, int nlev, level_binades16 *L) {
-    int32_t below[16] = {0}, l1[16], l2[16], cnt[16] = {0};
-    int n = 0;
-    while (n < nlev && levels[n] < __builtin_inff()) n++;  // the finite levels (padded with +Inf)
-    if (n == 0 || !(levels[0] >= 0.0f)) return 0;
-    uint32_t b0;
-    memcpy(&b0, levels, 4);
-    for (int q = 0; q < 16; q++) l1[q] = l2[q] = INT32_MAX;
-    for (int q = 0; q < n; q++) {
-        uint32_t b;
-        memcpy(&b, levels + q, 4);
-        uint32_t e = (b >> 23) - (b0 >> 23);
-        if (e > 15 || cnt[e] > 1) return 0;  // too wide a span, or a third level in one binade
-        (cnt[e] ? l2 : l1)[e] = (int32_t)b - 1;
-        cnt[e]++;
-    }
-    for (int q = 1; q < 16; q++) below[q] = below[q - 1] + cnt[q - 1];
-    L->below = _mm512_loadu_si512(below);
-    L->l1 = _mm512_loadu_si512(l1);
-    L->l2 = _mm512_loadu_si512(l2);
-    L->e0 = _mm512_set1_epi32((int32_t)(b0 >> 23));
-    return 1;
-}
 
 // k = count(levels <= |g|) over the first nlev levels (a constant where it is inlined), by
 // binade where LB is not NULL; code = k, or k + half when g < 0 < k, half for a non-finite g;
@@ -667,13 +643,17 @@ AVX512 static inline __attribute__((always_inline)) void threshold_k(
 }
 
 // `bits`-bit threshold codes (4: 7 levels, 2: one) of g = x (+ residual, updated in place when
-// residual is not NULL), 8 / bits to a byte. levels: increasing, padded with +Inf to 7.
-AVX512 void hq8_threshold(const float *x, int64_t n, float *residual, uint8_t *codes, const float *levels, int bits) {
+// residual is not NULL), 8 / bits to a byte. levels: increasing, padded with +Inf to 7;
+// binades: their level_binades (4 bits, 16 wide), or NULL where they do not fit one.
+AVX512 void hq8_threshold(const float *x, int64_t n, float *residual, uint8_t *codes, const float *levels, int bits,
+                          const int32_t *binades) {
     if (bits == 2) {
         threshold_k(2, x, n, residual, codes, levels, NULL);
-        return;
+    } else if (binades) {  // below[16], l1[16], l2[16], e0
+        const level_binades16 L = {_mm512_loadu_si512(binades), _mm512_loadu_si512(binades + 16),
+                                   _mm512_loadu_si512(binades + 32), _mm512_set1_epi32(binades[48])};
+        threshold_k(4, x, n, residual, codes, levels, &L);
+    } else {
+        threshold_k(4, x, n, residual, codes, levels, NULL);
     }
-    level_binades16 L;
-    if (binades16_of(levels, 7, &L)) threshold_k(4, x, n, residual, codes, levels, &L);
-    else threshold_k(4, x, n, residual, codes, levels, NULL);
 }

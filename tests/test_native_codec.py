@@ -278,6 +278,27 @@ def test_threshold_codes_for_any_levels_match_the_reference(levels, with_residua
     _check_threshold(replace(get("q4_threshold").for_shape((4099,)), levels=levels), 4099, with_residual)
 
 
+def test_level_binades_tables():
+    """below | l1 | l2 | e0 of halving levels; None where three share a binade, where they span
+    more binades than the vector has lanes, and for no finite level."""
+    def bits(levels):
+        return np.asarray(list(levels) + [np.inf] * (7 - len(levels)), np.float32)
+
+    halving = bits(halving_levels(0.5))
+    t = native.level_binades(halving.tobytes(), 8)
+    lb = halving.view(np.int32)
+    assert t[:8].tolist() == list(range(8)) and t[8:15].tolist() == (lb[:7] - 1).tolist()
+    assert t[15] == np.iinfo(np.int32).max and (t[16:24] == np.iinfo(np.int32).max).all()
+    assert t[24] == lb[0] >> 23 and native.level_binades(halving.tobytes(), 16).size == 49
+    two = bits((0.01, 0.015, 0.02, 0.03))  # 0.015 shares 0.01's binade, 0.03 0.02's
+    t = native.level_binades(two.tobytes(), 8)
+    assert t[:3].tolist() == [0, 2, 4] and t[16] == two.view(np.int32)[1] - 1
+    assert native.level_binades(bits((0.1, 0.11, 0.12)).tobytes(), 8) is None  # three in [1/16, 1/8)
+    wide = bits((1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1.0))  # 20 binades
+    assert native.level_binades(wide.tobytes(), 8) is None and native.level_binades(wide.tobytes(), 16) is None
+    assert native.level_binades(bits(()).tobytes(), 8) is None
+
+
 def _check_threshold(fmt, n: int, with_residual: bool) -> None:
     lv = np.asarray(fmt.levels, np.float32)
     special = np.concatenate([lv, np.nextafter(lv, np.float32(0)), np.nextafter(lv, np.float32(np.inf)),

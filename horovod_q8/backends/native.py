@@ -142,10 +142,10 @@ SIGNATURES = {
                "hq8_decode8": [_P, _I64, _I64, _P, _P, _P, _INT, _F32, _I64],
                "hq8_decode4": [_P, _I64, _I64, _P, _P, _P, _INT, _F32, _I64],
                "hq8_decode2": [_P, _I64, _I64, _P, _P, _P, _INT, _F32, _I64],
-               "hq8_threshold": [_P, _I64, _P, _P, _P, _INT],
+               "hq8_threshold": [_P, _I64, _P, _P, _P, _INT, _P],
                "hq8_sum": [_INT, _P, _P, _INT, _I64, _I64, _P, _P, _INT, _F32]},
     "avx2": {"hq8_avx2_encode8": [_P, _I64, _I64, _P, _P, _P], "hq8_avx2_encode4": [_P, _I64, _I64, _P, _P, _P],
-             "hq8_avx2_threshold": [_P, _I64, _P, _P, _P, _INT],
+             "hq8_avx2_threshold": [_P, _I64, _P, _P, _P, _INT, _P],
              "hq8_avx2_sum": [_INT, _P, _P, _INT, _I64, _I64, _P, _P, _INT, _F32, _I64]},
 }
 
@@ -355,6 +355,30 @@ def avx2_q4(name: str) -> Optional[Avx2Q4]:
 
 
 @functools.lru_cache(maxsize=None)
+def level_binades(levels: bytes, width: int) -> Optional[np.ndarray]:
+    """The 4-bit threshold encode's levels by binade (kernels' level_binades), `width` 8 (AVX2)
+    or 16 (AVX-512): int32[3 * width + 1], below | l1 | l2 | e0; None where the finite levels
+    (float32 bits, padded with +inf) span more than `width` binades or put three in one."""
+    b = np.frombuffer(levels, np.uint32).astype(np.int64)
+    b = b[b != INF_BITS]
+    if b.size == 0 or (b > INF_BITS).any() or (np.diff(b) <= 0).any():  # none, negative, NaN or unsorted
+        return None
+    e = (b >> 23) - (b[0] >> 23)
+    if e.max() >= width or np.bincount(e).max() > 2:
+        return None
+    count = np.bincount(e, minlength=width)
+    out = np.full(3 * width + 1, 0x7FFFFFFF, np.int64)
+    out[:width] = np.concatenate([[0], np.cumsum(count)[:-1]])
+    for d in np.unique(e):
+        mine = b[e == d] - 1
+        out[width + d] = mine[0]
+        if mine.size > 1:
+            out[2 * width + d] = mine[1]
+    out[3 * width] = b[0] >> 23
+    return out.astype(np.int32)
+
+
+@functools.lru_cache(maxsize=None)
 def decode_values(fmt) -> np.ndarray:
     """float32[2**bits] values of every code for the AVX2 decode (8 bits: 256, padded with the last)."""
     t = np.asarray(fmt.decode_table(), np.float32)
@@ -408,11 +432,15 @@ def threshold(x: np.ndarray, n: int, residual: Optional[np.ndarray], codes: np.n
               bits: int, threads: int) -> None:
     """`bits`-bit (4 or 2) threshold codes of g = x (+ residual, which keeps what was not sent);
     levels: float32[7], padded with +inf. The AVX-512 kernel where it runs, else the AVX2 one."""
-    fn = library().hq8_threshold if library() is not None else library_avx2().hq8_avx2_threshold
+    wide = library() is not None
+    fn = library().hq8_threshold if wide else library_avx2().hq8_avx2_threshold
+    levels = np.ascontiguousarray(levels, np.float32)
+    binades = level_binades(levels.tobytes(), 16 if wide else 8) if bits == 4 else None
     xp, cp, lp = x.ctypes.data, codes.ctypes.data, levels.ctypes.data
+    bp = None if binades is None else binades.ctypes.data
     rp = residual.ctypes.data if residual is not None else None
     _in_parts(n, 1 << 14, threads, lambda a, b: fn(
-        xp + 4 * a, b - a, None if rp is None else rp + 4 * a, cp + a * bits // 8, lp, bits))
+        xp + 4 * a, b - a, None if rp is None else rp + 4 * a, cp + a * bits // 8, lp, bits, bp))
 
 
 def decode(codes: np.ndarray, n: int, block: int, bits: int, scales: Optional[np.ndarray], table,
