@@ -46,11 +46,6 @@ HUGE, HUGE_BELOW_S = 1 << 24, 0.06
 # across four runs, where the lone 25.6M-element tensor measured 4.1-4.8, and extrapolated to
 # it, the low ones kept float32 where q8 was 28% faster (docs/runs/auto/2026-12-05-88a01db).
 HUGE_AGAIN_BELOW_S = 0.15
-# On a fast link the allgather of LARGE bytes (a 16 MiB bucket's q8 codes) takes a few ms and one
-# timing swings: the least of two put it at 1.79 and 5.74 GB/s in two calibrations on the same 2
-# unshaped hosts (AVX2), and q8's ResNet-50 step at 56 and 44 ms where it measured 48 (scratch,
-# HOROVOD_Q8_AUTO=fp16 and none). There it is the median of GATHER_TIMINGS timings.
-GATHER_TIMINGS = 5
 # Where the frontend fuses (Horovod's TensorFlow reducer), Horovod's own paths are timed at HUGE as
 # one grouped allreduce of this many tensors, as Horovod fuses a step's tensors: copied into its
 # fusion buffer and out, where a lone tensor goes to MPI as it is. Timed alone, with a copy of the
@@ -339,8 +334,7 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
         # a fast link: LARGE once more (cheap here, and noisier: a slow spell is a larger share)
         large = {name: min(t, _best(lambda: probe.send(name, LARGE), repeats=1, warm=False))
                  for name, t in large.items()}
-        gathered = statistics.median([gathered, *(_best(lambda: probe.allgather(LARGE), repeats=1, warm=False)
-                                                  for _ in range(GATHER_TIMINGS - 1))])
+        gathered = min(gathered, _best(lambda: probe.allgather(LARGE), repeats=1, warm=False))
         # the first 64 MiB allreduce pays for Horovod's and the transport's buffers (2.3x here)
         send_huge = probe.send_fused or probe.send
         for i, name in enumerate(own):
