@@ -330,6 +330,20 @@ def avx2_tables(name: str) -> Optional[Avx2Tables]:
     return T
 
 
+def _by_binade(bits: np.ndarray, idx: np.ndarray, width: int, fill: int) -> Optional[np.ndarray]:
+    """int64[3, width] of sorted float bits grouped by binade index idx: how many lie in the
+    binades below each, and each binade's first and second (fill where it has fewer); None
+    where an index reaches width or a binade holds three (the kernels' two compares)."""
+    if idx.max() >= width or np.bincount(idx).max() > 2:
+        return None
+    out = np.full((3, width), fill, np.int64)
+    out[0] = [np.count_nonzero(idx < d) for d in range(width)]
+    for d in np.unique(idx):
+        mine = bits[idx == d]
+        out[1:1 + mine.size, d] = mine
+    return out
+
+
 @functools.lru_cache(maxsize=None)
 def avx2_q4(name: str) -> Optional[Avx2Q4]:
     """The AVX2 4-bit encoder's table for 4-bit codebook `name`, or None where it does not fit:
@@ -339,16 +353,12 @@ def avx2_q4(name: str) -> Optional[Avx2Q4]:
     pm = t.positive_mid_bits.astype(np.int64)
     if pm.size != 7:
         return None
-    idx = np.maximum((pm >> 23) - Q4_EXP_LOW, 0)
-    if idx.max() > 7 or np.bincount(idx).max() > 2:
+    m = _by_binade(pm, np.maximum((pm >> 23) - Q4_EXP_LOW, 0), 8, INF_BITS)
+    if m is None:
         return None
     T = Avx2Q4()
-    m = np.full((8, 2), INF_BITS, np.int64)
-    for d in range(8):
-        mine = pm[idx == d]
-        m[d, : mine.size] = mine
-    T.neg_below[:] = [-int(np.count_nonzero(idx < d)) for d in range(8)]
-    T.m1[:], T.m2[:] = m[:, 0].tolist(), m[:, 1].tolist()
+    T.neg_below[:] = (-m[0]).tolist()
+    T.m1[:], T.m2[:] = m[1].tolist(), m[2].tolist()
     T.pmid[:] = pm.tolist()
     T.center = t.zero_code
     return T
@@ -357,25 +367,17 @@ def avx2_q4(name: str) -> Optional[Avx2Q4]:
 @functools.lru_cache(maxsize=None)
 def level_binades(levels: bytes, width: int) -> Optional[np.ndarray]:
     """The 4-bit threshold encode's levels by binade (kernels' level_binades), `width` 8 (AVX2)
-    or 16 (AVX-512): int32[3 * width + 1], below | l1 | l2 | e0; None where the finite levels
-    (float32 bits, padded with +inf) span more than `width` binades or put three in one."""
+    or 16 (AVX-512): int32[3 * width + 1], below | l1 | l2 | e0 (l1, l2: the levels' bits minus
+    one); None where the finite levels (float32 bits, padded with +inf) span more than `width`
+    binades or put three in one."""
     b = np.frombuffer(levels, np.uint32).astype(np.int64)
     b = b[b != INF_BITS]
     if b.size == 0 or (b > INF_BITS).any() or (np.diff(b) <= 0).any():  # none, negative, NaN or unsorted
         return None
-    e = (b >> 23) - (b[0] >> 23)
-    if e.max() >= width or np.bincount(e).max() > 2:
+    t = _by_binade(b - 1, (b >> 23) - (b[0] >> 23), width, 0x7FFFFFFF)
+    if t is None:
         return None
-    count = np.bincount(e, minlength=width)
-    out = np.full(3 * width + 1, 0x7FFFFFFF, np.int64)
-    out[:width] = np.concatenate([[0], np.cumsum(count)[:-1]])
-    for d in np.unique(e):
-        mine = b[e == d] - 1
-        out[width + d] = mine[0]
-        if mine.size > 1:
-            out[2 * width + d] = mine[1]
-    out[3 * width] = b[0] >> 23
-    return out.astype(np.int32)
+    return np.concatenate([t.reshape(-1), [b[0] >> 23]]).astype(np.int32)
 
 
 @functools.lru_cache(maxsize=None)
