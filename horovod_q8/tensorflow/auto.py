@@ -47,13 +47,13 @@ def probe(compressors: Dict[str, Any]) -> Probe:
 
     def send(name: str, n: int) -> None:
         # eagerly: tracing the compressed path as a tf.function costs seconds, calibration must not
-        first(hvd.allreduce(values(n, tf.float32), op=hvd.Sum, compression=compressors[name],
+        first(hvd.allreduce(values(n, tf.float32), op=hvd.Average, compression=compressors[name],
                             name=f"horovod_q8.auto.{k}.{name}.{n}"))
 
     def send_fused(name: str, n: int) -> None:
         # as the fused reducer sends a bucket of none or fp16 tensors: one grouped allreduce
         part = values(n // FUSED_PARTS, tf.float32)
-        out = hvd.grouped_allreduce([part] * FUSED_PARTS, op=hvd.Sum, compression=compressors[name],
+        out = hvd.grouped_allreduce([part] * FUSED_PARTS, op=hvd.Average, compression=compressors[name],
                                     name=f"horovod_q8.auto.{k}.fused.{name}.{n}")
         first(out[-1])
 

@@ -60,7 +60,7 @@ def horovod_probe(compressors: Dict[str, Any]) -> Probe:
 
     def send(name: str, t: torch.Tensor) -> None:
         comp = compressors.get(name) or getattr(hvd.Compression, name)  # none: the link, allowed or not
-        hvd.allreduce(t, op=hvd.Sum, compression=comp, name=f"horovod_q8.auto.{k}.{name}.{t.numel()}")
+        hvd.allreduce(t, op=hvd.Average, compression=comp, name=f"horovod_q8.auto.{k}.{name}.{t.numel()}")
 
     return _tensor_probe(
         hvd.size(), send, lambda t: hvd.allgather(t, name=f"horovod_q8.auto.{k}.allgather.{t.numel()}"),
