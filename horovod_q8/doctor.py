@@ -59,6 +59,13 @@ def _native_kernels() -> Check:
     return OK, ("" if native.in_use() else "not used, the Numba kernels instead: ") + native.describe()
 
 
+def _threads() -> Check:
+    from horovod_q8.cores import codec_threads
+    count, why = codec_threads()
+    return OK, (f"the CPU codec runs on {count} thread{'s' if count > 1 else ''} per process: {why}"
+                + ("" if why.startswith("NUMBA_NUM_THREADS") else " (NUMBA_NUM_THREADS sets it)"))
+
+
 def _auto() -> Check:
     """What Auto would choose here for a 16 MiB bucket on 2 ranks, by link rate, from this
     machine's codec rates (a job measures its real link at start)."""
@@ -94,7 +101,8 @@ def _network() -> Check:
 
 
 HOST_CHECKS: List[Tuple[str, Callable[[], Check]]] = [
-    ("mpi", _mpi), ("numba", _cpu_kernels), ("native", _native_kernels), ("kernels", _kernels),
+    ("mpi", _mpi), ("numba", _cpu_kernels), ("native", _native_kernels), ("threads", _threads),
+    ("kernels", _kernels),
     ("auto", _auto), ("network", _network)]
 
 

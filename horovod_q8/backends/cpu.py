@@ -55,11 +55,8 @@ def _byte_blocks(fmt: Format, n: int) -> bool:
 
 
 def threads(n: int) -> int:
-    """Threads for n elements: one below `PARALLEL_MIN`, else Numba's count, as its kernels use."""
-    if n < K.PARALLEL_MIN:
-        return 1
-    import numba
-    return numba.get_num_threads()
+    """Threads for n elements: one below `PARALLEL_MIN`, else as many as Numba's kernels use."""
+    return 1 if n < K.PARALLEL_MIN else K.parallel_threads()
 
 
 @functools.lru_cache(maxsize=None)

@@ -11,10 +11,15 @@ block is in the L1 cache instead of one pass over the whole tensor per step.
 """
 from __future__ import annotations
 
+import functools
 import types
+from typing import Optional
 
+import numba
 import numpy as np
 from numba import njit, prange
+
+from horovod_q8.cores import codec_threads
 
 ABS_MASK = np.uint32(0x7FFFFFFF)
 INF_BITS = np.uint32(0x7F800000)
@@ -552,6 +557,25 @@ PARALLEL = {f.__name__: _compiled(f, parallel=True) for f in _KERNELS}
 PARALLEL_MIN = 1 << 18  # elements
 
 
+THREADS: Optional[int] = None  # set to time other counts (`horovod-q8 bench codec --threads`)
+
+
+@functools.lru_cache(maxsize=None)
+def _share() -> int:
+    return max(1, min(codec_threads()[0], numba.config.NUMBA_NUM_THREADS))
+
+
+def parallel_threads() -> int:
+    """Threads of a parallel kernel (and of the native kernels' pool): THREADS where set, else
+    `cores.codec_threads()`, at most Numba's pool."""
+    return THREADS or _share()
+
+
 def kernel(name: str, n: int):
-    """The serial or the parallel variant of a kernel for n elements."""
-    return (PARALLEL if n >= PARALLEL_MIN else SERIAL)[name]
+    """The serial or the parallel variant of a kernel for n elements; the parallel one on
+    `parallel_threads()` threads (Numba keeps that count per calling thread, so it is set on
+    every call: about 1 us)."""
+    if n < PARALLEL_MIN:
+        return SERIAL[name]
+    numba.set_num_threads(parallel_threads())
+    return PARALLEL[name]

@@ -131,15 +131,16 @@ def kernels(variant: str, threads: int, modules: List[ModuleType]) -> Iterator[N
     """Force the serial or the parallel Numba kernels of these modules, on `threads` threads."""
     import numba
 
-    saved = [m.PARALLEL_MIN for m in modules], numba.get_num_threads()
+    saved = [(m.PARALLEL_MIN, getattr(m, "THREADS", None)) for m in modules], numba.get_num_threads()
     for m in modules:
         m.PARALLEL_MIN = 0 if variant == "parallel" else sys.maxsize
+        m.THREADS = threads  # this tree's kernels take their count from it (a baseline's from Numba)
     numba.set_num_threads(threads)
     try:
         yield
     finally:
-        for m, v in zip(modules, saved[0]):
-            m.PARALLEL_MIN = v
+        for m, (least, count) in zip(modules, saved[0]):
+            m.PARALLEL_MIN, m.THREADS = least, count
         numba.set_num_threads(saved[1])
 
 
@@ -233,7 +234,7 @@ def report(args: argparse.Namespace, rows: List[dict], load_before: float, n: in
     family = native.describe() if native.in_use() else f"Numba ({native.describe()})"
     print(f"# codec benchmark: {n} float32 ({4 * n / 1e6:.0f} MB, Gaussian), {stat} of {args.repeats} "
           f"interleaved rounds; kernels: {family}; {machine()}; numba {numba.__version__}, "
-          f"{numba.config.NUMBA_NUM_THREADS} Numba threads; load average {load_before:.2f} before, "
+          f"{numba.config.NUMBA_NUM_THREADS} Numba threads at most; load average {load_before:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after")
     print("# threshold formats: '+residual' rows with error feedback (x and the residual read, the "
           "residual written: one more stream than a copy), the others without")
