@@ -1,8 +1,10 @@
 """Replay `horovod-q8 bench auto` logs against Auto's cost model: for each log (one cell of
 `bash scripts/bench_auto.sh`), what the model predicts from the calibration the run printed,
-beside what the run measured, for the lone tensor and for ResNet-50's step, and what Auto
-would choose. Edit `collective/auto.py` and run this again to see what a change of the model
-does to every cell measured, without measuring again.
+beside what the run measured, for the lone tensor and for ResNet-50's step, what Auto
+would choose, and what that choice would cost by the fixed formats' measured times (a step of
+mixed choices: each bucket at its format's step time, by its share of the elements) against
+the fastest of them. Edit `collective/auto.py` and run this again to see what a change of the
+model does to every cell measured, without measuring again.
 
     python scripts/auto_replay.py docs/runs/auto/<date>-<commit>/*.log
 """
@@ -33,8 +35,9 @@ def parse(path: Path) -> Tuple[A.Calibration, List[int], Dict[str, Dict[str, flo
     return A.Calibration.from_dict(log["calibration"]), log["buckets"], measured
 
 
-def replay(path: Path) -> Tuple[str, float]:
-    """One line for this log, and the mean |log(predicted / measured)| of its six figures."""
+def replay(path: Path) -> Tuple[str, float, List[float]]:
+    """One line for this log, the mean |log(predicted / measured)| of its six figures, and for
+    each workload how much slower than the fastest fixed format the replayed choice would be."""
     cal, buckets, measured = parse(path)
     plan = A.AutoPlan(A.Auto(), cal)
     step = sum(buckets)
@@ -42,26 +45,32 @@ def replay(path: Path) -> Tuple[str, float]:
                  "resnet": {f: sum(plan.predict(f, b, step) for b in buckets) * 1e3 for f in FORMATS}}
     chosen = {"tensor": plan.choose(TENSOR).name,
               "resnet": "+".join(sorted({c.name for c in plan.choose_step(buckets)}))}
-    parts, errs = [], []
+    shares = {"tensor": [(plan.choose(TENSOR).name, 1.0)],
+              "resnet": [(c.name, c.n / step) for c in plan.choose_step(buckets)]}
+    parts, errs, behind = [], [], []
     for workload in ("tensor", "resnet"):
         m, p = measured[workload], predicted[workload]
         errs += [abs(math.log(p[f] / m[f])) for f in FORMATS]
         fastest = min(FORMATS, key=m.get)
+        behind.append(sum(m[f] * share for f, share in shares[workload]) / m[fastest] - 1)
         cells = " ".join(f"{f} {m[f]:.0f}/{p[f]:.0f}" for f in FORMATS)
-        parts.append(f"{workload}: {cells}, chose {chosen[workload]} (fastest {fastest}, auto {m['auto']:.0f})")
-    return f"{path.parent.name}/{path.stem}: " + "; ".join(parts), sum(errs) / len(errs)
+        parts.append(f"{workload}: {cells}, chose {chosen[workload]} {behind[-1]:+.1%} (fastest {fastest}, "
+                     f"auto {m['auto']:.0f})")
+    return f"{path.parent.name}/{path.stem}: " + "; ".join(parts), sum(errs) / len(errs), behind
 
 
 def main(argv: List[str]) -> None:
     if not argv:
         raise SystemExit(__doc__)
     print("# ms measured/predicted per compression; the model's mean |log(predicted/measured)| last")
-    errs = []
+    errs, behind = [], []
     for name in argv:
-        line, err = replay(Path(name))
+        line, err, late = replay(Path(name))
         errs.append(err)
+        behind += late
         print(f"{line}; error {err:.2f}")
-    print(f"# mean error over {len(errs)} logs: {sum(errs) / len(errs):.3f}")
+    print(f"# mean error over {len(errs)} logs: {sum(errs) / len(errs):.3f}; replayed choices within 5% of the "
+          f"fastest fixed format: {sum(b <= 0.05 for b in behind)} of {len(behind)}")
 
 
 if __name__ == "__main__":
