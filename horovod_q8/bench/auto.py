@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> None:
     from horovod_q8.bench.breakdown import slowest_per_round
     from horovod_q8.bench.common import machine, readback, rounds
     from horovod_q8.collective.auto import SMALL
+    from horovod_q8.cores import codec_threads
     from horovod_q8.tensorflow import compressor
     from horovod_q8.tensorflow.auto import probe
     from horovod_q8.tensorflow.traffic import bytes_per_step
@@ -91,7 +92,9 @@ def run(args: argparse.Namespace) -> None:
     auto.recalibrate()
     plan, again = calibrated("again")  # with every buffer and connection of the probes warm
     if rank0:
-        print(f"# Auto benchmark: {hvd.size()} ranks, {machine()}; codec kernels: {kernels()}\n")
+        threads, why = codec_threads()
+        print(f"# Auto benchmark: {hvd.size()} ranks, {machine()}; {threads} codec thread(s) per rank ({why}); "
+              f"codec kernels: {kernels()}\n")
         print(f"Auto may choose {allow}; calibration took {first * 1e3:.0f} ms after the paths' first use "
               f"({opened * 1e3:.0f} ms, slowest rank); measured again once warm: {again * 1e3:.0f} ms "
               f"(measuring {plan.calibration.seconds * 1e3:.0f} ms)\n")
