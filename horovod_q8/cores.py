@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 # What launchers state as the processes of a job on this host: Horovod's own (horovodrun --gloo),
 # Open MPI, MPICH and Intel MPI, torchrun, Slurm's srun (a plain number only: "2(x3)" is per node)
@@ -25,25 +25,32 @@ def share(processes: int) -> int:
     return max(1, len(usable_cores()) // max(1, processes))
 
 
+def _positive(var: str) -> Optional[int]:
+    """Environment variable `var` as a positive whole number, or None."""
+    value = os.environ.get(var, "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 def local_processes() -> Tuple[int, str]:
     """(processes of this job on this host, the variable that says so) from the launcher's
     environment; (1, "") where none does."""
     for var in LOCAL_SIZE_VARS:
-        value = os.environ.get(var, "").strip()
-        if value.isdigit() and int(value) > 0:
-            return int(value), var
+        count = _positive(var)
+        if count is not None:
+            return count, var
     return 1, ""
 
 
 def codec_threads() -> Tuple[int, str]:
     """(threads the CPU codec runs on, why): NUMBA_NUM_THREADS where the user set it, else this
     process's share of its cores among the job's processes on this host. Ranks that share cores
-    must not each run as many threads as there are cores: 2 ranks on 2 cores, Numba's OpenMP
-    threads spinning for work took the q8 encode from 0.9-1.0 G elements/s to 0.27-0.46 on both
-    (`python scripts/codec_threads.py` under horovodrun -np 2)."""
-    value = os.environ.get(THREADS_ENV, "").strip()
-    if value.isdigit() and int(value) > 0:
-        return int(value), f"{THREADS_ENV}={value}"
+    must not each run as many threads as there are cores: 2 ranks on 2 cores, Numba's q8 encode
+    measured 0.20-2.27 G elements/s per rank with 2 threads each, half of those timings under
+    0.6, against 0.60-1.27 on one thread each (`python scripts/codec_threads.py` under
+    horovodrun -np 2, docs/runs/codec/2026-12-06-96cd36f)."""
+    chosen = _positive(THREADS_ENV)
+    if chosen is not None:
+        return chosen, f"{THREADS_ENV}={chosen}"
     processes, var = local_processes()
     cores = len(usable_cores())
     if not var:

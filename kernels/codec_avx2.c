@@ -271,7 +271,7 @@ AVX2 static uint32_t codes_q4(const float *x, int64_t n, float sc, uint8_t *code
     __m256i qa[4], qn[4];
     for (int q = 0; q < 4 && n >= 32; q++) qa[q] = quot8(x + 8 * q, vs);
     // each quotient taken 32 elements ahead, as in hq8_avx2_encode8: the division heads the chain
-    // of each count (Zen 5, 25.6M: 5.21 -> 4.45 ms, docs/performance.md)
+    // of each count (Zen 5, 25.6M: 5.06 -> 4.37 ms, docs/performance.md)
     for (; i + 32 <= n; i += 32) {
         if (i < both) m = absmax32(m, nx + i);
         for (int q = 0; q < 4; q++) qn[q] = i + 64 <= n ? quot8(x + i + 32 + 8 * q, vs) : qa[q];

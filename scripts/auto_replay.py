@@ -43,10 +43,9 @@ def replay(path: Path) -> Tuple[str, float, List[float]]:
     step = sum(buckets)
     predicted = {"tensor": {f: plan.predict(f, TENSOR) * 1e3 for f in FORMATS},
                  "resnet": {f: sum(plan.predict(f, b, step) for b in buckets) * 1e3 for f in FORMATS}}
-    chosen = {"tensor": plan.choose(TENSOR).name,
-              "resnet": "+".join(sorted({c.name for c in plan.choose_step(buckets)}))}
     shares = {"tensor": [(plan.choose(TENSOR).name, 1.0)],
               "resnet": [(c.name, c.n / step) for c in plan.choose_step(buckets)]}
+    chosen = {workload: "+".join(sorted({f for f, _ in picks})) for workload, picks in shares.items()}
     parts, errs, behind = [], [], []
     for workload in ("tensor", "resnet"):
         m, p = measured[workload], predicted[workload]
