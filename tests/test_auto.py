@@ -307,16 +307,14 @@ def test_only_a_fast_link_times_large_twice_and_huge(monkeypatch, large_s, fast)
     assert bool(figures["huge"]) == fast and (("fp16", A.HUGE) in calls) == fast
 
 
-def test_the_codec_and_the_copy_are_timed_twice_and_the_faster_pass_counts(monkeypatch):
+def test_the_codec_is_timed_twice_and_the_faster_pass_counts(monkeypatch):
     """A slow spell of the machine over one pass of the codec probes leaves the other: the codec
-    rates and the copy are measured first and again last, each figure the faster of the two."""
+    rates are measured first and again last, each figure the faster of the two."""
     passes = iter([[("q8", 1e9, 3e9, 4e9), ("fp16", 2e9, 2e9, 2e9)], [("q8", 2e9, 1e9, 5e9), ("fp16", 1e9, 1e9, 1e9)]])
-    copies = iter([4e9, 8e9])
     monkeypatch.setattr(A, "codec_rates", lambda *a, **k: next(passes))
-    monkeypatch.setattr(A, "copy_rate", lambda *a, **k: next(copies))
     probe, _ = _link_probe(large_s=0.1, slow_small_calls=0)
     figures = A.measure(probe, ("none", "fp16", "q8"))
-    assert figures["rates"] == [("q8", 2e9, 3e9, 5e9), ("fp16", 2e9, 2e9, 2e9)] and figures["copy"] == 8e9
+    assert figures["rates"] == [("q8", 2e9, 3e9, 5e9), ("fp16", 2e9, 2e9, 2e9)]
 
 
 def test_a_cheap_huge_timing_counts_as_the_median_of_three(monkeypatch):
@@ -360,38 +358,27 @@ def test_a_traced_frontend_times_only_horovods_own_paths_at_small(monkeypatch):
     an eager call's; the ranks start the codec probes together, as a step's codecs run."""
     order = []
     monkeypatch.setattr(A, "codec_rates", lambda *a, **k: k["together"]() or order.append("codec") or [])
-    monkeypatch.setattr(A, "copy_rate", lambda *a, **k: 5e9)
     probe, calls = _link_probe(large_s=0.1, slow_small_calls=0)
     traced = A.Probe(1, probe.send, probe.allgather, lambda mine: order.append(("gather", mine)) or [mine],
                      traced=True)
     figures = A.measure(traced, ("none", "fp16", "q8"))
     assert ("q8", A.SMALL) not in calls and ("fp16", A.SMALL) in calls
     assert figures["small"]["q8"] == figures["small"]["none"] + figures["gather_small"]
-    assert order[:2] == [("gather", None), "codec"] and figures["copy"] == 5e9
+    assert order[:2] == [("gather", None), "codec"]
     eager = A.measure(probe, ("none", "q8"))  # torch's hook runs eagerly: the path itself is timed
     assert ("q8", A.SMALL) in calls and eager["small"]["q8"] != eager["small"]["none"] + eager["gather_small"]
 
 
-def test_in_a_step_a_quantized_bucket_pays_its_concatenation_and_split():
-    base = calibration(gbit=10.0)
-    cal = A.Calibration(base.ranks, base.alpha, base.bandwidth, base.gather_bandwidth, base.rates, base.small,
-                        base.large, copy_rate=4e9)
-    plan, plain = A.AutoPlan(A.Auto(), cal), A.AutoPlan(A.Auto(), base)
+def test_in_a_step_a_quantized_bucket_costs_what_it_costs_alone():
+    """The fused path encodes a bucket's members in place and splits its sum without copies
+    (collective.bucket_parts): no copy term; a calibration saved with a copy rate still loads."""
+    plan = A.AutoPlan(A.Auto(), calibration(gbit=10.0))
     n = 3_000_000
-    assert plan.predict("q8", n, step=8 * n) == pytest.approx(plain.predict("q8", n) + 8 * n / 4e9, rel=1e-12)
-    assert plan.predict("q8", n, step=n) == plan.predict("q8", n) == plain.predict("q8", n)  # alone: no copy
-    assert plan.predict("none", n, step=8 * n) == plain.predict("none", n, step=8 * n)  # Horovod's own buffer
-    assert plain.predict("q8", n, step=8 * n) == plain.predict("q8", n)  # not measured (an old checkpoint)
-    saved = cal.to_dict()
-    assert A.Calibration.from_dict(saved) == cal and saved["copy_rate"] == 4e9
-    del saved["copy_rate"]
-    assert A.Calibration.from_dict(saved).copy_rate == 0.0
-    assert cal.digest() != base.digest()
-
-
-def test_copy_rate_is_bytes_per_second_of_one_copy():
-    rate = A.copy_rate(n=1 << 20)
-    assert 1e8 < rate < 1e12
+    assert plan.predict("q8", n, step=8 * n) == plan.predict("q8", n)
+    saved = plan.calibration.to_dict()
+    assert "copy_rate" not in saved
+    saved["copy_rate"] = 4e9  # an older checkpoint's
+    assert A.Calibration.from_dict(saved) == plan.calibration
 
 
 def test_auto_replay_reads_a_bench_auto_log():

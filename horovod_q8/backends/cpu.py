@@ -74,19 +74,27 @@ def encode(x: np.ndarray, fmt: Format, residual: Optional[np.ndarray] = None,
     if out is None:
         out = np.empty(fmt.nbytes(n), dtype=np.uint8)
     nb = fmt.n_blocks(n)
-    codes = out[4 * nb:]
+    encode_into(x, fmt, out[: 4 * nb].view(np.uint32), out[4 * nb:], residual, seed)
+    return out
+
+
+def encode_into(x: np.ndarray, fmt: Format, scale_bits: np.ndarray, codes: np.ndarray,
+                residual: Optional[np.ndarray] = None, seed: Optional[int] = None) -> None:
+    """encode's scales (as uint32 bits, fmt.n_blocks(x.size) of them) and codes into two
+    separate buffers: a bucket's members encode straight into its buffer (collective.bucket_parts)."""
+    n = x.size
     if n == 0:
-        return out
+        return
     nt = native_encoder(fmt, n) if x.flags.c_contiguous else None
     if nt is not None and fmt.bits == 8:
-        native.encode8(x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, nt, threads(n))
+        native.encode8(x, n, fmt.block_for(n), scale_bits, codes, nt, threads(n))
     elif nt is not None:
-        native.encode4(x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, nt, threads(n))
+        native.encode4(x, n, fmt.block_for(n), scale_bits, codes, nt, threads(n))
     elif fmt.kind == CODEBOOK:
         t = tables(fmt.codebook, fmt.bits)
         seed = (fmt.seed if seed is None else seed) & 0xFFFFFFFF
         K.kernel("encode_codebook", n)(
-            x, n, fmt.block_for(n), out[: 4 * nb].view(np.uint32), codes, t.carry, t.mids, t.values,
+            x, n, fmt.block_for(n), scale_bits, codes, t.carry, t.mids, t.values,
             t.positive_mid_bits, t.size, fmt.bits, t.zero_code, fmt.rounding == "stochastic", seed)
     elif fmt.bits in (2, 4) and native.in_use() and x.flags.c_contiguous and \
             (residual is None or residual.flags.c_contiguous):
@@ -96,7 +104,6 @@ def encode(x: np.ndarray, fmt: Format, residual: Optional[np.ndarray] = None,
         r = residual if use else np.empty(0, np.float32)
         K.kernel("encode_threshold", n)(x, n, r, use, codes, padded_levels(tuple(fmt.levels)), len(fmt.levels),
                                         fmt.bits)
-    return out
 
 
 def decode(buf: np.ndarray, fmt: Format, n: int, out: Optional[np.ndarray] = None,

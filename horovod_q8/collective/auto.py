@@ -57,8 +57,6 @@ FUSED_PARTS = 4
 FUSION_ENV, DEFAULT_FUSION_THRESHOLD = "HOROVOD_FUSION_THRESHOLD", 64 << 20  # Horovod's, in bytes
 PATTERN = 1 << 16  # probe values: a random normal block this long, repeated
 CODEC_ELEMENTS = 1 << 21  # elements each codec rate is measured on: enough that threads' start-up does not count
-COPY_ELEMENTS = 1 << 23  # float32 elements of the memory-copy probe: 32 MiB each way, more than a cache holds
-PROBE_REPEATS = 2  # timed calls of the copy probe, after one warm-up; the least counts
 # calls in one codec timing, back to back after the ranks' barrier: ranks that share cores do not
 # leave it at the same instant, and a single short call of one rank can run while the other's has
 # ended (2 loopback ranks, Numba, 2 threads each, single calls: q8's encode measured at 1.31 G
@@ -137,8 +135,7 @@ class Calibration:
     encoded and decoded per second, and elements of every part per second of the ranks' sum of
     `ranks` parts in one pass (a decode's rate where a saved calibration has none); small,
     large: format -> seconds of one real allreduce of SMALL and LARGE elements sent so (what the
-    path really costs, fixed costs and Horovod's own work included); copy_rate: what
-    a memory copy moves, for the fused path's concatenation of a bucket and its split."""
+    path really costs, fixed costs and Horovod's own work included)."""
 
     ranks: int
     alpha: float
@@ -148,7 +145,6 @@ class Calibration:
     small: Tuple[Tuple[str, float], ...] = ()
     large: Tuple[Tuple[str, float], ...] = ()
     huge: Tuple[Tuple[str, float], ...] = ()
-    copy_rate: float = 0.0  # bytes/s of a memory copy (0: not measured, no copy term)
     seconds: float = field(default=0.0, compare=False)  # what measuring cost on this rank
 
     def __post_init__(self) -> None:
@@ -181,7 +177,7 @@ class Calibration:
                                tuple((str(n), float(t)) for n, t in d["small"]),
                                tuple((str(n), float(t)) for n, t in d["large"]),
                                tuple((str(n), float(t)) for n, t in d.get("huge", ())),
-                               float(d.get("copy_rate", 0.0)), float(d.get("seconds", 0.0)))
+                               seconds=float(d.get("seconds", 0.0)))
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise ValueError(f"horovod_q8 Auto: not a saved calibration ({e!r})") from None
 
@@ -240,7 +236,7 @@ def fusion_elements(name: str) -> int:
     return max(threshold, 0) // (2 if name == "fp16" else 4)
 
 
-def _best(fn: Callable[[], None], repeats: int = PROBE_REPEATS, warm: bool = True,
+def _best(fn: Callable[[], None], repeats: int, warm: bool = True,
           before: Callable[[], None] = lambda: None) -> float:
     """The least time of `repeats` calls of fn; `before` runs ahead of each, untimed."""
     if warm:
@@ -294,14 +290,6 @@ def codec_rates(names: Sequence[str], fp16_roundtrip: Optional[Callable[[int], N
     return out
 
 
-def copy_rate(xp=np, sync: Callable[[], None] = lambda: None, n: int = COPY_ELEMENTS,
-              together: Callable[[], None] = lambda: None) -> float:
-    """Bytes/s one copy of n float32 moves (read and written once each) on this machine."""
-    x = xp.asarray(probe_values(n))
-    dst = xp.empty_like(x)
-    return 4 * n / _best(lambda: (xp.copyto(dst, x), sync()), before=together)
-
-
 def measure(probe: Probe, allow: Sequence[str]) -> dict:
     """This rank's figures: the link's probe times, each allowed path's time at SMALL elements
     and the codec rates (a few hundred ms in all)."""
@@ -312,12 +300,11 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
     def together() -> None:
         probe.gather(None)
 
-    def codec_and_copy(warm: bool) -> Tuple[List[Tuple[str, float, float, float]], float]:
-        return (codec_rates(allow, probe.fp16_roundtrip, xp=probe.xp, sync=probe.sync, together=together, warm=warm,
-                            parts=probe.ranks),
-                copy_rate(probe.xp, probe.sync, together=together))
+    def codec(warm: bool) -> List[Tuple[str, float, float, float]]:
+        return codec_rates(allow, probe.fp16_roundtrip, xp=probe.xp, sync=probe.sync, together=together, warm=warm,
+                           parts=probe.ranks)
 
-    rates, copy = codec_and_copy(warm=True)  # first: loads the kernels
+    rates = codec(warm=True)  # first: loads the kernels
     paths = dict.fromkeys(("none", *allow))
     timed = [name for name in paths if not probe.traced or name in cost.UNCOMPRESSED]
     small = {name: _best(lambda: probe.send(name, SMALL), repeats=SMALL_REPEATS) for name in timed}
@@ -345,16 +332,14 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
             if max(probe.gather(huge[name])) < HUGE_AGAIN_BELOW_S:  # every rank decides alike
                 more = [_best(lambda: send_huge(name, HUGE), repeats=1, warm=False) for _ in range(2)]
                 huge[name] = statistics.median([huge[name], *more])
-    # the codec and the copy, the cheap figures, once more at the end, the faster pass counting:
-    # a calibration in a slow spell of this VM measured q8's encode at 1.03 G elements/s and a
-    # copy at 5.4 GB/s, where the run before measured 1.81 and 8.6, and sent ResNet-50 as fp16,
-    # 8.7% slower than q8 (2 unshaped hosts, AVX2, docs/runs/auto/2026-12-05-75334f4)
-    again, copy_again = codec_and_copy(warm=False)
+    # the codec, the cheap figure, once more at the end, the faster pass counting: a calibration
+    # in a slow spell of this VM measured q8's encode at 1.03 G elements/s where the run before
+    # measured 1.81, and sent ResNet-50 as fp16, 8.7% slower than q8 (2 unshaped hosts, AVX2,
+    # docs/runs/auto/2026-12-05-75334f4)
+    again = codec(warm=False)
     rates = [(r[0], *(max(a, b) for a, b in zip(r[1:], r2[1:]))) for r, r2 in zip(rates, again)]
-    copy = max(copy, copy_again)
     return {"small": small, "large": large, "huge": huge, "gather_small": gathered_small, "gather": gathered,
-            "rates": rates, "copy": copy,
-            "seconds": time.perf_counter() - t0}
+            "rates": rates, "seconds": time.perf_counter() - t0}
 
 
 def combine(figures: Sequence[dict], ranks: int) -> Calibration:
@@ -376,8 +361,7 @@ def combine(figures: Sequence[dict], ranks: int) -> Calibration:
     rates = tuple((nm, *(min(dict((r[0], r[i]) for r in f["rates"])[nm] for f in figures) for i in (1, 2, 3)))
                   for nm in names)
     return Calibration(ranks, alpha, bandwidth, gather_bandwidth, rates, tuple(small.items()),
-                       tuple(large_of.items()), tuple(huge_of.items()), min(f.get("copy", 0.0) for f in figures),
-                       max(f["seconds"] for f in figures))
+                       tuple(large_of.items()), tuple(huge_of.items()), max(f["seconds"] for f in figures))
 
 
 def calibrate(probe: Probe, allow: Sequence[str]) -> Calibration:
@@ -449,17 +433,15 @@ class AutoPlan:
         fuses, its HUGE point is such a message, fusion buffer copies included). fp16's casts
         count in full: on a fast link there is too little transfer to hide them (2 hosts at
         10 Gbit/s, AVX2: leaving them out put ResNet-50's fp16 step at 91 ms, measured 118). A
-        quantized bucket within a step is also copied twice, its tensors concatenated into it
-        and its sum split out (2 unshaped hosts, AVX2: ResNet-50's 214 gradients in 8 buckets
-        took 110 ms with q8, 8 tensors of the same sizes 71-82)."""
+        quantized bucket costs what a lone tensor of its size does: its members are encoded
+        where they lie and its sum split without copies (collective.bucket_parts)."""
         if name in cost.UNCOMPRESSED:
             fused = min(step, fusion_elements(name))
             if fused > n:
                 moved = max(self.predict(name, fused), self.model(name, fused))
                 return n / fused * moved
         a, k = self.fit(name, n)
-        copies = 8 * n / self.calibration.copy_rate if step > n and self.calibration.copy_rate > 0 else 0.0
-        return a + k * self.model(name, n) + copies
+        return a + k * self.model(name, n)
 
     def choose(self, n: int, step: int = 0) -> Choice:
         """The format for a bucket of n elements (alone, or within a step of `step` elements)."""

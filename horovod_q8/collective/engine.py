@@ -53,6 +53,8 @@ def compressed_sum(t: Transport, req: Request, flat: Any, residuals: Optional[Re
                    seed_of: Callable[[int], Any] = lambda k: k, scale: Any = None) -> Any:
     """The float32 sum over every rank of `flat` (req.n elements), identical bits on every rank.
 
+    flat: one tensor, or a bucket's members as `Parts` (req.n elements with their padding),
+    which the first local step reads in place instead of a concatenation (one piece only);
     residuals: the owner of error-feedback state (None: no state is kept, as in eager calls);
     seed_of(k): piece k's stochastic-rounding seed for this step; scale: a factor the last
     local step applies (the op's 1/N, prescale, postscale), a float or the transport's
@@ -60,7 +62,13 @@ def compressed_sum(t: Transport, req: Request, flat: Any, residuals: Optional[Re
     """
     plans = req.plans(t.size, t.rank)
     sizes = [p.n for p in plans]
-    xs = [flat] if len(plans) == 1 else t.split(flat, sizes)
+    slots = None
+    if isinstance(flat, P.Parts):
+        if len(plans) > 1:
+            raise ValueError("a bucket read in place goes as one piece: concatenate it for pieces")
+        xs, slots = [flat.arrays], flat.slots
+    else:
+        xs = [[flat]] if len(plans) == 1 else [[x] for x in t.split(flat, sizes)]
     keys = [req.key] if len(plans) == 1 else [f"{req.key}.part{k}" for k in range(len(plans))]
     fb = req.error_feedback
     extra = [] if scale is None else [scale]
@@ -71,7 +79,7 @@ def compressed_sum(t: Transport, req: Request, flat: Any, residuals: Optional[Re
         return residuals.residual(key, n)
 
     if plans[0].schedule == P.ALLGATHER:
-        sent = [t.local("q8_encode", _encode_whole(t, p, k, fb), [x], (p.fmt.nbytes(p.n), np.uint8),
+        sent = [t.local("q8_encode", _encode_whole(t, p, k, fb, slots), x, (p.fmt.nbytes(p.n), np.uint8),
                         state(f"{k}/residual", p.n), seed_of(i))
                 for i, (p, x, k) in enumerate(zip(plans, xs, keys))]
         gathered = [t.allgatherv(s, p.gathered_sizes, f"{k}.allgather")
@@ -79,7 +87,7 @@ def compressed_sum(t: Transport, req: Request, flat: Any, residuals: Optional[Re
         return t.finish("q8_sum", [(_into(P.sum_gathered, p), [g, *extra]) for p, g in zip(plans, gathered)],
                         sizes, req.key)
 
-    sent = [t.local("q8_encode_chunks", _encode_chunks(t, p, k, fb), [x],
+    sent = [t.local("q8_encode_chunks", _encode_chunks(t, p, k, fb, slots), x,
                     (sum(p.send_splits), np.uint8), state(f"{k}/residual", p.n), seed_of(i))
             for i, (p, x, k) in enumerate(zip(plans, xs, keys))]
     mine = []
@@ -97,14 +105,19 @@ def compressed_sum(t: Transport, req: Request, flat: Any, residuals: Optional[Re
 
 # The local steps, bound to their plan and to the transport's reused buffers.
 
-def _encode_whole(t: Transport, p: P.Plan, key: str, fb: bool) -> Callable:
-    return lambda x, r, s: P.encode_whole(p, x, r, s, fb, out=t.buffer(f"{key}.send", p.fmt.nbytes(p.n),
-                                                                        np.uint8))
+def _flat(xs: tuple, slots: Optional[List[int]]):
+    """An encode's input: one array, or a bucket's members in their slots (Parts)."""
+    return xs[0] if slots is None else P.Parts(xs, slots)
 
 
-def _encode_chunks(t: Transport, p: P.Plan, key: str, fb: bool) -> Callable:
-    return lambda x, r, s: P.encode_chunks(p, x, r, s, fb, out=t.buffer(f"{key}.send", sum(p.send_splits),
-                                                                         np.uint8))
+def _encode_whole(t: Transport, p: P.Plan, key: str, fb: bool, slots: Optional[List[int]]) -> Callable:
+    return lambda *a: P.encode_whole(p, _flat(a[:-2], slots), a[-2], a[-1], fb,
+                                     out=t.buffer(f"{key}.send", p.fmt.nbytes(p.n), np.uint8))
+
+
+def _encode_chunks(t: Transport, p: P.Plan, key: str, fb: bool, slots: Optional[List[int]]) -> Callable:
+    return lambda *a: P.encode_chunks(p, _flat(a[:-2], slots), a[-2], a[-1], fb,
+                                      out=t.buffer(f"{key}.send", sum(p.send_splits), np.uint8))
 
 
 def _reduce_chunk(t: Transport, p: P.Plan, key: str, fb: bool) -> Callable:

@@ -17,6 +17,8 @@ from typing import List, Optional
 import numpy as np
 
 from horovod_q8 import backends
+from horovod_q8.collective import bucket_parts
+from horovod_q8.collective.bucket_parts import Parts
 from horovod_q8.formats import Format
 from horovod_q8.options import SCHEDULES
 
@@ -45,8 +47,11 @@ class Plan:
 
     @property
     def chunk(self) -> int:
+        """Elements per rank's chunk: whole bytes, and whole blocks (a bucket's members then
+        encode in place, bucket_parts)."""
         c = -(-self.n // self.size)
-        return -(-c // ALIGN) * ALIGN
+        align = int(np.lcm(ALIGN, self.fmt.block_size)) if self.fmt.has_scales and self.fmt.block_size > 0 else ALIGN
+        return -(-c // align) * align
 
     def bounds(self, r: int) -> tuple[int, int]:
         """[start, end) of rank r's chunk (may be empty)."""
@@ -78,6 +83,8 @@ class Plan:
 
 
 def _xp(a):
+    if isinstance(a, Parts):
+        return backends._compat.cupy() if a.on_gpu else np
     return backends._compat.cupy() if backends._compat.is_cupy_array(a) else np
 
 
@@ -97,6 +104,14 @@ def _encode(x, fmt: Format, residual, seed: int, error_feedback: bool, out=None)
     return buf
 
 
+def _encode_range(flat, s: int, e: int, fmt: Format, residual, seed: int, error_feedback: bool, out):
+    """_encode of flat[s:e] into out; flat is an array or a bucket's Parts, read in place."""
+    if isinstance(flat, Parts):
+        return bucket_parts.encode(flat, s, e, fmt, residual, out,
+                                   lambda x, r, o: _encode(x, fmt, r, seed, error_feedback, out=o), error_feedback)
+    return _encode(flat[s:e], fmt, residual, seed, error_feedback, out=out)
+
+
 def encode_chunks(plan: Plan, flat, residual=None, seed: int = 0, error_feedback: bool = False,
                   out=None):
     """Step 1 of two-phase: one buffer holding every rank's chunk, quantized, in rank order.
@@ -108,8 +123,8 @@ def encode_chunks(plan: Plan, flat, residual=None, seed: int = 0, error_feedback
     for r in range(plan.size):
         s, e = plan.bounds(r)
         nbytes = plan.send_splits[r]
-        _encode(flat[s:e], plan.fmt, None if residual is None else residual[s:e],
-                seed + 7919 * r, error_feedback, out=out[offset: offset + nbytes])
+        _encode_range(flat, s, e, plan.fmt, None if residual is None else residual[s:e],
+                      seed + 7919 * r, error_feedback, out[offset: offset + nbytes])
         offset += nbytes
     return out
 
@@ -170,7 +185,7 @@ def _scaled(out, scale: float):
 def encode_whole(plan: Plan, flat, residual=None, seed: int = 0, error_feedback: bool = False,
                  out=None):
     """Allgather schedule, step 1: the whole tensor quantized once (into `out` when given)."""
-    return _encode(flat, plan.fmt, residual, seed, error_feedback, out=out)
+    return _encode_range(flat, 0, plan.n, plan.fmt, residual, seed, error_feedback, out)
 
 
 def sum_gathered(plan: Plan, gathered, out=None, scale: float = 1.0):

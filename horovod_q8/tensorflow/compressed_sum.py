@@ -7,9 +7,11 @@ import re
 from typing import Optional
 
 import horovod.tensorflow as hvd
+import numpy as np
 import tensorflow as tf
 
 from horovod_q8.collective import engine
+from horovod_q8.collective.bucket_parts import Parts
 from horovod_q8.tensorflow.state import CompressionState
 from horovod_q8.tensorflow.transport import HorovodTransport, PhaseOrder
 
@@ -26,8 +28,9 @@ def collective_name(tensor: tf.Tensor, prefix: str) -> Optional[str]:
 def compressed_sum(state: Optional[CompressionState], req: engine.Request, flat: tf.Tensor,
                    named: bool, warmup_steps: int, base_seed: int, scale=None,
                    order: Optional[PhaseOrder] = None) -> tf.Tensor:
-    """The float32 sum over all ranks of `flat` times `scale`, sent as `req` says; the same
-    bits on every rank.
+    """The float32 sum over all ranks of `flat` (a tensor, or a bucket's 1-D members in their
+    slots, `Parts`, read in place) times `scale`, sent as `req` says; the same bits on every
+    rank.
 
     state: the owner of residuals and step counters (None in eager mode: no state, so no
     error feedback). named: req.key names the collectives (False in eager mode). scale: a
@@ -52,7 +55,8 @@ def compressed_sum(state: Optional[CompressionState], req: engine.Request, flat:
         return engine.compressed_sum(t, req, flat, state, seed_of, scale_in)
 
     def plain():
-        total = hvd.allreduce(flat, op=hvd.Sum, name=f"{req.key}.warmup" if named else None)
+        whole = padded_concat(flat) if isinstance(flat, Parts) else flat
+        total = hvd.allreduce(whole, op=hvd.Sum, name=f"{req.key}.warmup" if named else None)
         return total if scale_in is None else total * scale_in
 
     if warmup_steps <= 0:
@@ -62,3 +66,14 @@ def compressed_sum(state: Optional[CompressionState], req: engine.Request, flat:
 
 def as_flat_float32(tensor: tf.Tensor) -> tf.Tensor:
     return tf.reshape(tf.cast(tensor, tf.float32), [-1])
+
+
+def padded_concat(parts: Parts) -> tf.Tensor:
+    """The members in their slots as one tensor (zeros after each), as the compressed path sends them."""
+    pieces = []
+    for a, slot in zip(parts.arrays, parts.slots):
+        pieces.append(a)
+        pad = slot - int(np.prod(a.shape))
+        if pad:
+            pieces.append(tf.zeros([pad], tf.float32))
+    return tf.concat(pieces, axis=0) if pieces else tf.zeros([0], tf.float32)

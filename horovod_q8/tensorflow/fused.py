@@ -7,13 +7,14 @@ the `CompressionState` of that optimizer (tracked, so checkpoints save it).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import List, Optional
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
-from horovod_q8.collective import policy
+from horovod_q8.collective import bucket_parts, policy
 from horovod_q8.tensorflow import compressed_sum as C
 from horovod_q8.tensorflow.compressor import Q8Compressor, check_same_config, tell_uncompressed
 from horovod_q8.tensorflow.state import CompressionState
@@ -103,18 +104,16 @@ class FusedReducer(tf.Module):
                 if not isinstance(comp, Q8Compressor):
                     own.append((b, idx, comp))
                     continue
-                flat = tf.concat([C.as_flat_float32(grads[i]) for i in idx], axis=0)
+                members_flat = [C.as_flat_float32(grads[i]) for i in idx]
                 group = policy.bucket_group(comp, shapes, members)
                 decision = policy.decide(comp, True, n, n_ranks, group)
                 if not decision.compress:
-                    total = hvd.allreduce(flat, op=hvd.Sum, name=f"{name}.small{b}") * scale
+                    total = hvd.allreduce(tf.concat(members_flat, axis=0), op=hvd.Sum, name=f"{name}.small{b}") * scale
+                    sums = tf.split(total, [policy.numel(grads[i].shape) for i in idx])
                 else:
                     key = f"q8.{name}.{comp.name}.bucket{b}" if auto else f"q8.{name}.bucket{b}"
-                    req = policy.request(comp, n, group, key)
-                    total = C.compressed_sum(self.state, req, flat, True, comp.warmup_steps,
-                                             comp.format.seed, scale=scale, order=order)
-                parts = tf.split(total, [policy.numel(grads[i].shape) for i in idx])
-                for i, part in zip(idx, parts):
+                    sums = self._compressed_bucket(comp, members_flat, group, key, scale, order)
+                for i, part in zip(idx, sums):
                     out[i] = tf.cast(tf.reshape(part, grads[i].shape), grads[i].dtype)
             # One grouped allreduce per bucket, as calibration times it (Probe.send_fused): tensor by
             # tensor, Horovod may negotiate a step's tensors in several cycles (the main job's CNN,
@@ -125,6 +124,30 @@ class FusedReducer(tf.Module):
                 for i, t in zip(idx, sent):
                     out[i] = t
             return out
+
+    def _compressed_bucket(self, comp, members: List[tf.Tensor], group: str, key: str, scale, order) -> list:
+        """Each member's share of the compressed sum of a bucket (1-D tensors, in order). The
+        members go in their slots (bucket_parts: the encode reads them where they lie, the
+        slots come back as aligned views of the sum); pieces split one concatenated tensor."""
+        sizes = [policy.numel(m.shape) for m in members]
+        req = policy.request(comp, sum(sizes), group, key)
+        if len(req.piece_sizes()) > 1:
+            total = C.compressed_sum(self.state, req, tf.concat(members, axis=0), True, comp.warmup_steps,
+                                     comp.format.seed, scale=scale, order=order)
+            return tf.split(total, sizes)
+        alone, packed, slots = bucket_parts.layout(sizes, req.fmt)
+        arrays = [members[k] for k in alone] + ([tf.concat([members[k] for k in packed], axis=0)] if packed else [])
+        total = C.compressed_sum(self.state, dataclasses.replace(req, n=sum(slots)), bucket_parts.Parts(arrays, slots),
+                                 True, comp.warmup_steps, comp.format.seed, scale=scale, order=order)
+        sums: List[tf.Tensor] = [tf.zeros([0], tf.float32)] * len(members)  # empty members stay so
+        in_slots = tf.split(total, slots)
+        for k, slot, room in zip(alone, in_slots, slots):
+            sums[k] = slot if room == sizes[k] else slot[: sizes[k]]
+        if packed:
+            small = tf.split(in_slots[-1][: sum(sizes[k] for k in packed)], [sizes[k] for k in packed])
+            for k, t in zip(packed, small):
+                sums[k] = t
+        return sums
 
     @tf.autograph.experimental.do_not_convert  # plain Python, run eagerly (init_scope) even while traced
     def _auto_calibrated(self) -> None:
