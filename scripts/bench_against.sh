@@ -23,13 +23,15 @@ mkdir -p "$(dirname "$LOG")"
   echo "# bash scripts/bench_against.sh $REV $ROUNDS $LOG -- $*"
   echo "# this tree: $HEAD_REV${dirty:+ (with uncommitted changes)}; baseline: $REV; $(date -u +%FT%TZ)"
 } > "$LOG"
+# horovodrun tags each line with its rank ([0]<stdout>:, [1,0]<stderr>:): rank 0's stdout stays, untagged
+rank0() { awk '/^\[/ && !/^\[[0-9,]*0\]<stdout>:/ {next} {sub(/^\[[0-9,]*\]<stdout>:/, ""); print}'; }
 for r in $(seq 1 "$ROUNDS"); do
   for code in baseline tree; do
     echo "## round $r: $code ($([ $code = tree ] && echo "$HEAD_REV" || echo "$REV"))" | tee -a "$LOG"
     if [ $code = baseline ]; then
-      (cd /tmp && PYTHONPATH="$BASE" "$@") 2>&1 | grep -v '^\[' | tee -a "$LOG"
+      (cd /tmp && PYTHONPATH="$BASE" "$@") 2>&1 | rank0 | tee -a "$LOG"
     else
-      (cd /tmp && "$@") 2>&1 | grep -v '^\[' | tee -a "$LOG"
+      (cd /tmp && "$@") 2>&1 | rank0 | tee -a "$LOG"
     fi
   done
 done

@@ -51,6 +51,16 @@ def test_layout_pads_below_a_unit_and_keeps_order():
     assert layout([], fmt) == ([], [], [])
 
 
+@pytest.mark.parametrize("name", ["q8", "q4", "twobit"])
+def test_member_starts_find_every_member_in_the_padded_concatenation(name, rng):
+    fmt = get(name)
+    for sizes in SIZES:
+        xs = members(rng, sizes)
+        _, flat = bucket(xs, fmt)
+        for x, start in zip(xs, bucket_parts.member_starts(sizes, fmt)):
+            np.testing.assert_array_equal(flat[start: start + x.size], x)
+
+
 def test_slots_must_hold_their_members():
     with pytest.raises(ValueError, match="slots"):
         Parts([np.zeros(10, np.float32)], [8])

@@ -51,6 +51,18 @@ def layout(sizes: Sequence[int], fmt: Format) -> Tuple[List[int], List[int], Lis
     return alone, packed, slots
 
 
+def member_starts(sizes: Sequence[int], fmt: Format) -> List[int]:
+    """Where each member of these sizes starts in the padded concatenation `layout` makes."""
+    alone, packed, slots = layout(sizes, fmt)
+    starts = [0] * len(sizes)
+    at = 0
+    for k, slot in zip(alone, slots):
+        starts[k], at = at, at + slot
+    for k in packed:
+        starts[k], at = at, at + sizes[k]
+    return starts
+
+
 class Parts:
     """The padded concatenation of 1-D arrays (NumPy, CuPy, or a frontend's tensors on their way
     to a host call), each at the start of its slot, zeros after it."""

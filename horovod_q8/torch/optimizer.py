@@ -12,13 +12,14 @@ averages back. The residuals and steps live in this optimizer and in its `state_
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from horovod_q8.collective import engine, policy
+from horovod_q8.collective import bucket_parts, engine, policy
 from horovod_q8.torch import hvd_agreement
 from horovod_q8.torch.common import seed_for
 from horovod_q8.torch.compressor import Q8Compressor
@@ -39,6 +40,7 @@ class Bucket:
         self.n = sum(p.numel() for p in params)
         self.ready = 0
         self.launched: Optional[Tuple[str, object]] = None  # ("q8" | "plain", deferred sum or handle)
+        self.starts: Optional[List[int]] = None  # where each gradient lies in the sum, when padded (bucket_parts)
 
 
 class Reducer:
@@ -94,21 +96,34 @@ class Reducer:
         """Round 1 for one bucket: encode and submit, or a plain (named) allreduce."""
         from horovod_q8.torch.compressor import transport
 
-        flat = self._flat(b)
-        device = flat.device
+        grads = self._grads(b)
+        device = grads[0].device
         store = self.store(device)
         step = store.step(b.slot)
         decision = policy.decide(self.setting, True, b.n, self.hvd.size(), b.group)
+        b.starts = None
         if not decision.compress or step <= self.setting.warmup_steps:
+            flat = grads[0] if len(grads) == 1 else torch.cat(grads)
             b.launched = ("plain", self.hvd.allreduce_async(flat, op=self.hvd.Sum, name=f"{b.key}.plain"))
             return
         t, base = transport(), self.setting.format.seed
         req = policy.request(self.setting, b.n, b.group, b.key)
+        if len(req.piece_sizes()) == 1:
+            # the gradients as they lie, each in its slot: the encode reads them in place (bucket_parts)
+            sizes = [g.numel() for g in grads]
+            alone, packed, slots = bucket_parts.layout(sizes, req.fmt)
+            arrays = [as_array(grads[k]) for k in alone] + \
+                ([as_array(torch.cat([grads[k] for k in packed]))] if packed else [])
+            req = dataclasses.replace(req, n=sum(slots))
+            x, b.starts = bucket_parts.Parts(arrays, slots), bucket_parts.member_starts(sizes, req.fmt)
+        else:
+            x = as_array(torch.cat(grads) if len(grads) > 1 else grads[0])
         with kernel_stream(device):
-            b.launched = ("q8", engine.compressed_sum(t, req, as_array(flat), _Slots(store, b.key, b.slot),
-                                                      lambda k: seed_for(base, k, step, t.rank)))
+            b.launched = ("q8", engine.compressed_sum(t, req, x, _Slots(store, b.key, b.slot),
+                                                      lambda k: seed_for(base, k, step, t.rank), scale=self.scale))
 
-    def _flat(self, b: Bucket) -> torch.Tensor:
+    def _grads(self, b: Bucket) -> List[torch.Tensor]:
+        """The bucket's gradients as 1-D contiguous float32 tensors (the gradients themselves where they are)."""
         grads = []
         for p in b.params:
             if p.grad is None:
@@ -118,10 +133,8 @@ class Reducer:
                 if not self.sparse_as_dense:
                     raise TypeError("horovod_q8 compresses dense gradients; pass sparse_as_dense=True")
                 g = g.to_dense()
-            grads.append(g.detach().reshape(-1))
-        if len(grads) == 1 and grads[0].dtype == torch.float32 and grads[0].is_contiguous():
-            return grads[0]
-        return torch.cat([g.float() for g in grads])
+            grads.append(g.detach().reshape(-1).float().contiguous())
+        return grads
 
     def finish(self) -> None:
         """Launch what no hook launched (bucket order), round 2, and write the averages back."""
@@ -136,19 +149,18 @@ class Reducer:
             kind, pending = b.launched
             if kind == "plain":
                 total = self.hvd.synchronize(pending)
+                total = total.mul_(self.scale) if self.scale != 1.0 else total
             else:
                 with kernel_stream(b.params[0].device):
-                    total = as_tensor(value(pending))
-            total = total.mul_(self.scale) if self.scale != 1.0 else total
-            offset = 0
-            for p in b.params:
+                    total = as_tensor(value(pending))  # the engine's last step applied the scale
+            starts = b.starts or list(itertools.accumulate([p.numel() for p in b.params[:-1]], initial=0))
+            for p, offset in zip(b.params, starts):
                 g = p.grad if not p.grad.is_sparse else None
                 part = total[offset: offset + p.numel()].view(p.shape)
                 if g is None:
                     p.grad = part.to(p.dtype).to_sparse()
                 else:
                     g.copy_(part)
-                offset += p.numel()
             b.launched, b.ready = None, 0
 
     def state_dict(self) -> dict:
