@@ -30,11 +30,9 @@ def members(rng, sizes, special: bool = False):
 
 def bucket(xs, fmt):
     """(Parts as the fused path builds them: big members alone, small ones packed; the padded flat)."""
-    alone, packed, slots = layout([x.size for x in xs], fmt)
-    arrays = [xs[k] for k in alone] + ([np.concatenate([xs[k] for k in packed])] if packed else [])
-    parts = Parts(arrays, slots)
+    parts = bucket_parts.in_slots(xs, fmt, np.concatenate)
     flat = np.zeros(parts.size, np.float32)
-    for a, start in zip(arrays, parts.starts):
+    for a, start in zip(parts.arrays, parts.starts):
         flat[start: start + a.size] = a
     return parts, flat
 

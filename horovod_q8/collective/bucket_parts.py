@@ -51,6 +51,14 @@ def layout(sizes: Sequence[int], fmt: Format) -> Tuple[List[int], List[int], Lis
     return alone, packed, slots
 
 
+def in_slots(members: Sequence, fmt: Format, concat: Callable[[list], object]) -> "Parts":
+    """A bucket's 1-D members (arrays or a frontend's tensors) in `layout`'s slots: the small
+    ones joined by `concat`, the frontend's concatenation."""
+    alone, packed, slots = layout([int(np.prod(m.shape)) for m in members], fmt)
+    arrays = [members[k] for k in alone] + ([concat([members[k] for k in packed])] if packed else [])
+    return Parts(arrays, slots)
+
+
 def member_starts(sizes: Sequence[int], fmt: Format) -> List[int]:
     """Where each member of these sizes starts in the padded concatenation `layout` makes."""
     alone, packed, slots = layout(sizes, fmt)

@@ -135,10 +135,10 @@ class FusedReducer(tf.Module):
             total = C.compressed_sum(self.state, req, tf.concat(members, axis=0), True, comp.warmup_steps,
                                      comp.format.seed, scale=scale, order=order)
             return tf.split(total, sizes)
-        alone, packed, slots = bucket_parts.layout(sizes, req.fmt)
-        arrays = [members[k] for k in alone] + ([tf.concat([members[k] for k in packed], axis=0)] if packed else [])
-        total = C.compressed_sum(self.state, dataclasses.replace(req, n=sum(slots)), bucket_parts.Parts(arrays, slots),
+        parts = bucket_parts.in_slots(members, req.fmt, lambda ts: tf.concat(ts, axis=0))
+        total = C.compressed_sum(self.state, dataclasses.replace(req, n=parts.size), parts,
                                  True, comp.warmup_steps, comp.format.seed, scale=scale, order=order)
+        alone, packed, slots = bucket_parts.layout(sizes, req.fmt)
         sums: List[tf.Tensor] = [tf.zeros([0], tf.float32)] * len(members)  # empty members stay so
         in_slots = tf.split(total, slots)
         for k, slot, room in zip(alone, in_slots, slots):

@@ -110,12 +110,10 @@ class Reducer:
         req = policy.request(self.setting, b.n, b.group, b.key)
         if len(req.piece_sizes()) == 1:
             # the gradients as they lie, each in its slot: the encode reads them in place (bucket_parts)
-            sizes = [g.numel() for g in grads]
-            alone, packed, slots = bucket_parts.layout(sizes, req.fmt)
-            arrays = [as_array(grads[k]) for k in alone] + \
-                ([as_array(torch.cat([grads[k] for k in packed]))] if packed else [])
-            req = dataclasses.replace(req, n=sum(slots))
-            x, b.starts = bucket_parts.Parts(arrays, slots), bucket_parts.member_starts(sizes, req.fmt)
+            slotted = bucket_parts.in_slots(grads, req.fmt, torch.cat)
+            x = bucket_parts.Parts([as_array(a) for a in slotted.arrays], slotted.slots)
+            req = dataclasses.replace(req, n=x.size)
+            b.starts = bucket_parts.member_starts([g.numel() for g in grads], req.fmt)
         else:
             x = as_array(torch.cat(grads) if len(grads) > 1 else grads[0])
         with kernel_stream(device):
