@@ -93,7 +93,8 @@ def run(args: argparse.Namespace) -> None:
             fns, nbytes = {}, {}
             for name, pipe in names:
                 comp = compressor(name, pipeline_elements=pipe) if pipe else compressor(name)
-                f = tf.function(lambda t, c=comp: hvd.allreduce(t, compression=c, name=f"b{mb}"))
+                tag = f"b{mb}.{name}.{pipe}"  # names of its own (optimizer_reducer says why)
+                f = tf.function(lambda t, c=comp, tag=tag: hvd.allreduce(t, compression=c, name=tag))
                 fns[label(name, pipe)] = lambda f=f: readback(f(x), args.readback)
                 nbytes[label(name, pipe)] = bytes_per_step([(n,)], comp, hvd.size())
             report(f"one tensor of {mb:g} MB ({n} float32)", slowest_per_round(rounds(fns, args.repeats)), nbytes)
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> None:
             fns, nbytes = {}, {}
             for name, pipe in names:
                 comp = compressor(name, pipeline_elements=pipe) if pipe else compressor(name)
-                fn = optimizer_reducer(comp, per_tensor, int(fusion_mb * 2 ** 20))
+                fn = optimizer_reducer(comp, per_tensor, int(fusion_mb * 2 ** 20), f"DistributedSGD_{name}_{pipe}")
                 fns[label(name, pipe)] = lambda fn=fn: readback(fn(grads), args.readback)
                 nbytes[label(name, pipe)] = bytes_per_step(shapes, comp, hvd.size(), fused=not per_tensor,
                                                            fusion_bytes=int(fusion_mb * 2 ** 20) or 1)
@@ -118,14 +119,17 @@ def run(args: argparse.Namespace) -> None:
             report(f"ResNet-50 gradients ({len(shapes)} tensors, {n} float32), {how}", times, nbytes)
 
 
-def optimizer_reducer(comp, per_tensor: bool, fusion_bytes: int = 64 << 20):
-    """What `hvd.DistributedOptimizer(opt, compression=comp)` reduces its gradients with."""
+def optimizer_reducer(comp, per_tensor: bool, fusion_bytes: int = 64 << 20, name: str = "DistributedSGD"):
+    """What `hvd.DistributedOptimizer(opt, compression=comp, name=name)` reduces its gradients
+    with. Paths timed side by side need names of their own: a run has one format per collective
+    name, and a name that comes back with another size (q8's bucket, then q4's) costs Horovod a
+    fresh negotiation each time."""
     import horovod.tensorflow as hvd
 
     from horovod_q8.tensorflow.horovod_api import reducer_options
 
     with reducer_options(fusion_bytes=fusion_bytes or None, per_tensor=per_tensor):
-        return hvd._make_allreduce_grads_fn("DistributedSGD", "", "", comp, False, hvd.Average, 1.0, None,
+        return hvd._make_allreduce_grads_fn(name, "", "", comp, False, hvd.Average, 1.0, None,
                                             hvd.global_process_set)
 
 

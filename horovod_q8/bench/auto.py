@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> None:
     fns, nbytes = {}, {}
     for name in fixed + ["auto"]:
         comp = auto if name == "auto" else compressor(name)
-        f = tf.function(lambda t, c=comp: hvd.allreduce(t, compression=c, name="bench.auto.tensor"))
+        f = tf.function(lambda t, c=comp, c_name=name: hvd.allreduce(t, compression=c, name=f"bench.auto.tensor.{c_name}"))
         fns[name] = lambda f=f: readback(f(x))
         nbytes[name] = bytes_per_step([(n,)], comp, hvd.size())
     table(f"hvd.allreduce of one tensor of {n} float32 ({n * 4 / 2 ** 20:.1f} MiB)", fns, nbytes,
@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> None:
         fns, nbytes = {}, {}
         for name in fixed + ["auto"]:
             comp = auto if name == "auto" else compressor(name)
-            fn = optimizer_reducer(comp, False, fusion)
+            fn = optimizer_reducer(comp, False, fusion, f"DistributedSGD_{name}")  # names of its own
             fns[name] = lambda fn=fn: readback(fn(grads))
             nbytes[name] = bytes_per_step(shapes, comp, hvd.size(), fusion_bytes=fusion)
         from horovod_q8.collective import policy

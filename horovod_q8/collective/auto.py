@@ -67,6 +67,10 @@ PROBE_BATCH = 3
 # three is slowed by the other rank (2 loopback ranks: q8's 6.2 ms in one calibration, 14.8 in
 # the next, best of 2 each, docs/runs/auto/2026-12-05-867c21c/loopback_avx2.log)
 SMALL_REPEATS = 5
+# On a fast link the LARGE allgather is timed this many more times, the least counting (a few ms
+# each): the best of two read 5.06 Gbit/s on 2 loopback ranks where other calibrations read 7.5-14.7,
+# and Auto kept ResNet-50 as float32, 40% behind q8 (docs/runs/auto/2026-12-06-7655ec7/loopback_avx2.log)
+GATHER_AGAIN = 4
 MARGIN = 0.05  # a format other than none must be predicted this much faster to be chosen
 RANGE_TOP = 1 << 30  # the largest bucket `AutoPlan.classes` describes
 
@@ -324,7 +328,7 @@ def measure(probe: Probe, allow: Sequence[str]) -> dict:
         # a fast link: LARGE once more (cheap here, and noisier: a slow spell is a larger share)
         large = {name: min(t, _best(lambda: probe.send(name, LARGE), repeats=1, warm=False))
                  for name, t in large.items()}
-        gathered = min(gathered, _best(lambda: probe.allgather(LARGE), repeats=1, warm=False))
+        gathered = min(gathered, _best(lambda: probe.allgather(LARGE), repeats=GATHER_AGAIN, warm=False))
         # the first 64 MiB allreduce pays for Horovod's and the transport's buffers (2.3x here)
         send_huge = probe.send_fused or probe.send
         for i, name in enumerate(own):
