@@ -2,8 +2,8 @@
 compressed allreduce goes, on the product path (`hvd.allreduce` inside `tf.function`).
 
 Per compression, in one run: the whole op; the codec kernels (time inside every host call,
-recorded by `tensorflow.bridge.PROFILE`); the same byte collectives alone (hvd.alltoall and
-hvd.allgather of uint8 buffers of the op's sizes); the host calls alone (the same calls
+recorded by `tensorflow.bridge.PROFILE`); the same byte collectives alone (hvd.alltoall of uint8
+buffers of the op's sizes, as the engine sends them); the host calls alone (the same calls
 returning buffers of the op's sizes without coding: TensorFlow's boundary and allocation);
 and the rest (waiting, scheduling, decompress ops). Every figure is the slowest rank's median;
 the whole ops of every row are timed in rounds (`common.rounds`), so their ratios come from
@@ -103,7 +103,7 @@ def compressed_phases(name: str, x, repeats: int, pipe: int, comp, op, total: fl
 
     from horovod_q8.collective import policy
     from horovod_q8.tensorflow import compressor
-    from horovod_q8.tensorflow.transport import HorovodTransport
+    from horovod_q8.tensorflow.transport import HorovodTransport, gather_bytes
 
     faults = _page_faults(lambda: readback(op(x), back))
     split = [_profiled(lambda: readback(op(x), back)) for _ in range(3)]
@@ -117,7 +117,7 @@ def compressed_phases(name: str, x, repeats: int, pipe: int, comp, op, total: fl
 
     @tf.function
     def wire():
-        outs = [hvd.allgather(mine, name=f"bd.{name}.ag")]
+        outs = [gather_bytes(mine, hvd.size(), f"bd.{name}.ag")]  # as the engine gathers
         if two_phase:
             outs.append(hvd.alltoall(send, splits=plan.send_splits, name=f"bd.{name}.a2a")[0])
         return outs

@@ -20,6 +20,7 @@ from horovod_q8.collective import policy
 from horovod_q8.collective.auto import (DEFAULT_ALLOW, FUSED_PARTS, AutoCompressorBase, AutoPlan, Probe, make_auto,
                                         probe_values)
 from horovod_q8.tensorflow.compressor import AGREEMENTS, _gather, agree, compressor
+from horovod_q8.tensorflow.transport import gather_bytes
 
 _LOG = logging.getLogger("horovod_q8")
 _PROBES = itertools.count(1)
@@ -58,7 +59,8 @@ def probe(compressors: Dict[str, Any]) -> Probe:
         first(out[-1])
 
     def allgather(nbytes: int) -> None:
-        first(hvd.allgather(values(nbytes, tf.uint8), name=f"horovod_q8.auto.{k}.allgather.{nbytes}"))
+        # as the engine gathers codes (transport.gather_bytes)
+        first(gather_bytes(values(nbytes, tf.uint8), hvd.size(), f"horovod_q8.auto.{k}.allgather.{nbytes}"))
 
     gathers = itertools.count()
 

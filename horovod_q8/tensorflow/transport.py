@@ -36,6 +36,19 @@ class PhaseOrder:
         self._last[label] = op
 
 
+def gather_bytes(buf: tf.Tensor, size: int, name: Optional[str]) -> tf.Tensor:
+    """Every rank's 1-D buf in rank order, as an allgather, sent as an alltoall of `size` copies:
+    the same bytes on the wire (the copy to itself stays local), and Horovod fuses the allgathers
+    that wait in one cycle but never alltoalls. Fused, no decode of a step's buckets starts before
+    the last of its group has arrived: ResNet-50's step as allgathers took 285 ms against 268 at
+    2 x 1 Gbit/s, 48.5 against 43.5 unshaped, 498 against 470 on 4 hosts at 1 Gbit/s (Gloo: even;
+    a scratch A/B of one tree, no log; docs/auto.md)."""
+    n = buf.shape[0]
+    splits = [int(n)] * size if n is not None else tf.fill([size], tf.shape(buf)[0])
+    received, _ = hvd.alltoall(tf.concat([buf] * size, axis=0), splits=splits, name=name)
+    return received
+
+
 class HorovodTransport:
     """One rank inside a TensorFlow graph (or eagerly). Residuals are tf.Variables: a local
     step gets a copy and its update comes back as a second output, assigned after.
@@ -83,7 +96,7 @@ class HorovodTransport:
         return received
 
     def allgatherv(self, buf, sizes, name):
-        gathered = hvd.allgather(buf, name=self._name(name))
+        gathered = gather_bytes(buf, self.size, self._name(name))
         gathered.set_shape((sum(sizes),))
         return gathered
 
