@@ -241,7 +241,7 @@ def test_in_a_step_horovods_own_paths_cost_their_share_of_the_fused_message(monk
     sizes = [n] * 6 + [1_600_000]
     step = plan.choose_step(sizes)
     assert [ch.name for ch in step[:6]] == ["q8"] * 6, step
-    assert "a step of 7 buckets, 25,600,000 elements -> q8 for 6 of 7" in plan.describe_step(sizes)
+    assert "a step of 7 buckets, 25,600,000 elements -> q8 for 7 of 7" in plan.describe_step(sizes)  # one format
     plan = A.AutoPlan(A.Auto(), cal)  # fp16 allowed too: q8 still wins here
     assert plan.choose(n).name == "none"
     step = plan.choose_step(sizes)
@@ -428,3 +428,26 @@ def test_the_ranks_sum_costs_its_measured_rate_per_part_element():
     assert A.AutoPlan(A.Auto(), old).model("q8", n) == pytest.approx(plain["total"])
     with pytest.raises(ValueError, match="not a saved calibration"):
         A.Calibration.from_dict({**old.to_dict(), "rates": [["q8", 1e9]]})
+
+
+def test_a_step_sends_one_format_unless_mixing_is_predicted_clearly_faster():
+    """The model prices each path apart, and a step runs them at once: a step whose buckets
+    would mix formats sends the one format predicted cheapest for all of them, unless mixing
+    is predicted MARGIN faster; buckets under min_size stay plain either way."""
+    plan = A.AutoPlan(A.Auto(), calibration(gbit=1.0))
+    big, small = 1 << 22, 40_000
+    sizes = [big] * 6 + [small, 100]
+    step_n = sum(sizes)
+    assert plan.choose(big, step_n).name == "q8" and plan.choose(small, step_n).name == "fp16"  # priced apart
+    step = plan.choose_step(sizes)
+    assert [ch.name for ch in step] == ["q8"] * 7 + ["none"], step
+    assert step[6].reason == A.UNIFORM and step[-1].reason.startswith("fewer than min_size")
+    pred = [dict(ch.predicted) for ch in step[:7]]
+    mixed = sum(p["q8"] for p in pred[:6]) + pred[6]["fp16"]
+    assert mixed * (1 + A.MARGIN) > sum(p["q8"] for p in pred)  # mixing not predicted 5% faster
+    # twenty small buckets beside one large: mixing saves far more than MARGIN and stays
+    sizes = [big] + [2000] * 20
+    step = plan.choose_step(sizes)
+    assert [ch.name for ch in step] == ["q8"] + ["fp16"] * 20, step
+    assert all(ch.reason != A.UNIFORM for ch in step)
+    assert plan.choose_step(sizes) == step  # deterministic: every rank builds the same step

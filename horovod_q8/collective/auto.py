@@ -72,6 +72,7 @@ SMALL_REPEATS = 5
 # and Auto kept ResNet-50 as float32, 40% behind q8 (docs/runs/auto/2026-12-06-7655ec7/loopback_avx2.log)
 GATHER_AGAIN = 4
 MARGIN = 0.05  # a format other than none must be predicted this much faster to be chosen
+UNIFORM = f"one format for the step's buckets: mixing not predicted {MARGIN:.0%} faster"
 RANGE_TOP = 1 << 30  # the largest bucket `AutoPlan.classes` describes
 
 
@@ -455,9 +456,29 @@ class AutoPlan:
         return self._cache[key]
 
     def choose_step(self, sizes: Sequence[int]) -> List[Choice]:
-        """Each bucket's format, for buckets reduced together in one step."""
+        """Each bucket's format, for buckets reduced together in one step: one format for every
+        bucket it compresses unless mixing formats is predicted MARGIN faster. The model prices
+        each path apart, and a step runs them at once: Horovod's allreduce of the fp16 buckets
+        beside the alltoalls of the q8 ones. Steps of 6 q8 and 2 fp16 buckets ran 7.2% and 5.1%
+        behind all q8 on 2 unshaped hosts (docs/runs/auto/2026-12-06-7655ec7/none_avx2.log,
+        2026-12-06-e38f744/none_avx512.log)."""
         step = sum(int(n) for n in sizes)
-        return [self.choose(n, step) for n in sizes]
+        chosen = [self.choose(n, step) for n in sizes]
+        least = max(self.auto.min_size, 1)
+        free = [] if self.forced else [k for k, n in enumerate(sizes) if int(n) >= least]
+        names = {chosen[k].name for k in free}
+        if len(names) < 2:
+            return chosen
+        def cost(name: str) -> float:
+            return sum(dict(chosen[k].predicted)[name] for k in free)
+        mixed = sum(dict(chosen[k].predicted)[chosen[k].name] for k in free)
+        one = min(names, key=cost)
+        if mixed * (1 + MARGIN) <= cost(one):
+            return chosen
+        for k in free:
+            c = chosen[k]
+            chosen[k] = Choice(c.n, one, c.predicted, UNIFORM)
+        return chosen
 
     def _choose(self, n: int, step: int = 0) -> Choice:
         allow = self.auto.allow
