@@ -109,20 +109,25 @@ def plot(table: List[List[object]], fixed: List[str], path: Path, source: str) -
 
 def main(argv: Optional[list] = None) -> None:
     p = argparse.ArgumentParser(prog="python -m horovod_q8.bench.auto_report", description=__doc__)
-    p.add_argument("logs", help="a folder of <link>_<kernels>.log files")
+    p.add_argument("logs", nargs="+", help="folders of <link>_<kernels>.log files (a later folder's cells "
+                                           "replace an earlier one's)")
     p.add_argument("--fixed", default="none,fp16,q8,q4")
     p.add_argument("--markdown", default=None, help="also write the table here")
     p.add_argument("--plot", default=None, help="a PNG of every row")
     args = p.parse_args(argv)
     fixed = args.fixed.split(",")
-    logs = {f.stem: parse(f.read_text()) for f in sorted(Path(args.logs).glob("*.log"))}
+    logs = {}
+    for folder in args.logs:
+        logs.update({f.stem: parse(f.read_text()) for f in sorted(Path(folder).glob("*.log"))})
     table = rows(logs, fixed)
     text = markdown(["link", "kernels", "workload", *[f"{f} ms" for f in fixed], "auto ms", "Auto chose",
                      "auto vs fastest allowed", "auto vs none", "ms: paths' first use / calibration / again warm", "targets"], table)
     print(text)
-    source = Path(args.logs).resolve().name  # <date>-<commit>, as bench_auto.sh names the folder
+    names = [Path(f).resolve().name for f in args.logs]  # <date>-<commit>, as bench_auto.sh names a folder
+    source = " + ".join(names)
     if args.markdown:
-        Path(args.markdown).write_text(f"`bash scripts/bench_auto.sh`, logs in docs/runs/auto/{source}/\n\n{text}\n")
+        where = " and ".join(f"docs/runs/auto/{name}/" for name in names)
+        Path(args.markdown).write_text(f"`bash scripts/bench_auto.sh`, logs in {where}\n\n{text}\n")
     if args.plot:
         plot(table, fixed, Path(args.plot), source)
 
