@@ -22,7 +22,7 @@ def main() -> None:
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
-    from horovod_q8.bench.allreduce import optimizer_reducer, resnet50_shapes
+    from horovod_q8.bench.allreduce import optimizer_reducer, resnet50_gradients, resnet50_shapes
     from horovod_q8.bench.auto import kernels
     from horovod_q8.bench.common import machine, readback
     from horovod_q8.tensorflow import bridge, compressor
@@ -30,8 +30,7 @@ def main() -> None:
     hvd.init()
     comp = compressor(args.compression)
     shapes = resnet50_shapes()
-    grads = [tf.constant(np.random.default_rng(i + 10 * hvd.rank()).standard_normal(s).astype(np.float32))
-             for i, s in enumerate(shapes)]
+    grads = resnet50_gradients(shapes, hvd.rank())
     n = sum(int(np.prod(s)) for s in shapes)
     x = tf.constant(np.random.default_rng(hvd.rank()).standard_normal(n).astype(np.float32))
     reducer = optimizer_reducer(comp, False, 16 << 20, "timeline")

@@ -44,6 +44,13 @@ def resnet50_shapes() -> List[tuple]:
     return [tuple(v.shape) for v in m.trainable_variables]
 
 
+def resnet50_gradients(shapes: List[tuple], rank: int) -> list:
+    """Random normal float32 tensors of these shapes, different on every rank, the same each run."""
+    import tensorflow as tf
+    return [tf.constant(np.random.default_rng(i + 10 * rank).standard_normal(s).astype(np.float32))
+            for i, s in enumerate(shapes)]
+
+
 def run(args: argparse.Namespace) -> None:
     if getattr(args, "framework", "tensorflow") == "torch":
         from horovod_q8.bench import torch_allreduce
@@ -101,8 +108,7 @@ def run(args: argparse.Namespace) -> None:
 
     if args.resnet50:
         shapes = resnet50_shapes()
-        grads = [tf.constant(np.random.default_rng(i + 10 * hvd.rank()).standard_normal(s).astype(np.float32))
-                 for i, s in enumerate(shapes)]
+        grads = resnet50_gradients(shapes, hvd.rank())
         modes = [(False, float(mb)) for mb in args.fusion_mb.split(",")] + ([] if args.no_per_tensor else [(True, 0.0)])
         for per_tensor, fusion_mb in modes:
             fns, nbytes = {}, {}

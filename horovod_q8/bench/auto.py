@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> None:
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
-    from horovod_q8.bench.allreduce import optimizer_reducer, resnet50_shapes
+    from horovod_q8.bench.allreduce import optimizer_reducer, resnet50_gradients, resnet50_shapes
     from horovod_q8.bench.breakdown import slowest_per_round
     from horovod_q8.bench.common import machine, readback, rounds
     from horovod_q8.collective.auto import SMALL
@@ -130,8 +130,7 @@ def run(args: argparse.Namespace) -> None:
 
     if not args.no_resnet50:
         shapes = resnet50_shapes()
-        grads = [tf.constant(np.random.default_rng(i + 10 * hvd.rank()).standard_normal(s).astype(np.float32))
-                 for i, s in enumerate(shapes)]
+        grads = resnet50_gradients(shapes, hvd.rank())
         fusion = int(args.fusion_mb * 2 ** 20)
         fns, nbytes = {}, {}
         for name in fixed + ["auto"]:

@@ -466,14 +466,16 @@ class AutoPlan:
         chosen = [self.choose(n, step) for n in sizes]
         least = max(self.auto.min_size, 1)
         free = [] if self.forced else [k for k, n in enumerate(sizes) if int(n) >= least]
-        names = {chosen[k].name for k in free}
+        # in allowed order, not a set's: ties go to the first allowed on every rank (a set of
+        # strings iterates in an order that differs between processes)
+        names = [a for a in self.auto.allow if any(chosen[k].name == a for k in free)]
         if len(names) < 2:
             return chosen
-        def cost(name: str) -> float:
-            return sum(dict(chosen[k].predicted)[name] for k in free)
-        mixed = sum(dict(chosen[k].predicted)[chosen[k].name] for k in free)
-        one = min(names, key=cost)
-        if mixed * (1 + MARGIN) <= cost(one):
+        predicted = [dict(chosen[k].predicted) for k in free]
+        total = {name: sum(p[name] for p in predicted) for name in names}
+        mixed = sum(p[chosen[k].name] for k, p in zip(free, predicted))
+        one = min(names, key=total.get)
+        if mixed * (1 + MARGIN) <= total[one]:
             return chosen
         for k in free:
             c = chosen[k]
