@@ -67,16 +67,17 @@ def _threads() -> Check:
 
 
 def _auto() -> Check:
-    """What Auto would choose here for a 16 MiB bucket on 2 ranks, by link rate, from this
-    machine's codec rates (a job measures its real link at start)."""
-    from horovod_q8.collective import auto
+    """What Auto would choose here for a bucket of the default size on 2 ranks, by link rate, from
+    this machine's codec rates (a job measures its real link at start)."""
+    from horovod_q8.collective import auto, policy
 
     rates = auto.codec_rates(auto.DEFAULT_ALLOW, n=1 << 20)
-    ranges = auto.choices_by_link(rates)
+    mib = policy.DEFAULT_FUSION_BYTES >> 20
+    ranges = auto.choices_by_link(rates, n=policy.DEFAULT_FUSION_BYTES // 4)
     shown = "; ".join(f"{name} " + (f"below {hi:.3g}" if lo == 0 else f"from {lo:.3g}" if hi == float("inf")
                                     else f"{lo:.3g}-{hi:.3g}") + " Gbit/s" for lo, hi, name in ranges)
     codec = ", ".join(f"{name} {enc / 1e9:.2f}/{dec / 1e9:.2f}/{sm / 1e9:.2f}" for name, enc, dec, sm in rates)
-    return OK, (f"Auto, 2 ranks, 16 MiB buckets, by link: {shown} (codec here, G elements/s encode/decode/"
+    return OK, (f"Auto, 2 ranks, {mib} MiB buckets, by link: {shown} (codec here, G elements/s encode/decode/"
                 f"sum of 2 ranks per part: "
                 f"{codec}; a job measures its link at start)")
 

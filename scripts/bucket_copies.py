@@ -29,7 +29,7 @@ def main() -> None:
     from horovod_q8.bench.allreduce import optimizer_reducer, resnet50_shapes
     from horovod_q8.bench.breakdown import slowest_per_round
     from horovod_q8.bench.common import machine, readback, rounds
-    from horovod_q8.bench.auto import kernels
+    from horovod_q8.bench.common import kernels
     from horovod_q8.collective import policy
     from horovod_q8.tensorflow import compressor
 

@@ -23,7 +23,7 @@ def main() -> None:
     import tensorflow as tf
 
     from horovod_q8.bench.allreduce import optimizer_reducer, resnet50_gradients, resnet50_shapes
-    from horovod_q8.bench.auto import kernels
+    from horovod_q8.bench.common import kernels
     from horovod_q8.bench.common import machine, readback
     from horovod_q8.tensorflow import bridge, compressor
 

@@ -8,6 +8,7 @@ from typing import List, Optional
 import numpy as np
 
 from horovod_q8.bench.common import READBACK, label
+from horovod_q8.collective import policy
 
 ALL = ["none", "fp16", "q8", "q8_linear", "q8_mantissa", "q8_static_tree", "q4", "q4_threshold",
        "twobit"]
@@ -23,7 +24,7 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--resnet50", action="store_true", help="also ResNet-50's gradient list")
     p.add_argument("--no-sizes", action="store_true", help="skip the single-tensor sizes")
-    p.add_argument("--fusion-mb", default="16",
+    p.add_argument("--fusion-mb", default=f"{policy.DEFAULT_FUSION_BYTES / 2 ** 20:g}",
                    help="comma list of bucket sizes (MiB) for the ResNet-50 stock path; each its own table")
     p.add_argument("--no-per-tensor", action="store_true", help="skip ResNet-50's per-tensor table")
     p.add_argument("--readback", choices=READBACK, default="one",
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> None:
     import tensorflow as tf
 
     from horovod_q8.bench.breakdown import slowest_per_round
-    from horovod_q8.bench.common import machine, markdown, ratio_range, readback, round_ratios, rounds
+    from horovod_q8.bench.common import kernels, machine, markdown, ratio_range, readback, round_ratios, rounds
     from horovod_q8.tensorflow import compressor
     from horovod_q8.tensorflow.traffic import bytes_per_step
 
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> None:
              for p in ([0] if name in ("none", "fp16") else pipelines)]
     rank0 = hvd.rank() == 0
     if rank0:
-        print(f"# allreduce benchmark: {hvd.size()} ranks, {machine()}\n", flush=True)
+        print(f"# allreduce benchmark: {hvd.size()} ranks, {machine()}; codec kernels: {kernels()}\n", flush=True)
     if "auto" in args.compressions.split(","):  # calibrate first, on every rank; say what it chose
         lines = compressor("auto").plan().describe()
         if rank0:

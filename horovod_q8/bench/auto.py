@@ -13,7 +13,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from horovod_q8.bench.common import markdown, ratio_range, round_ratios
+from horovod_q8.bench.common import kernels, markdown, ratio_range, round_ratios
+from horovod_q8.collective import policy
 
 FIXED = "none,fp16,q8,q4"
 
@@ -25,19 +26,9 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("--elements", type=int, default=25_600_000, help="the one tensor's float32 elements")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--no-resnet50", action="store_true", help="skip the ResNet-50 gradient list")
-    p.add_argument("--fusion-mb", type=float, default=16, help="bucket size of the stock optimizer path")
+    p.add_argument("--fusion-mb", type=float, default=policy.DEFAULT_FUSION_BYTES / 2 ** 20,
+                   help="bucket size of the stock optimizer path")
     return p
-
-
-def kernels() -> str:
-    """The codec kernels this process runs (native AVX-512 / AVX2, or Numba)."""
-    from horovod_q8.backends import native
-
-    if native.library() is not None:
-        return "native AVX-512"
-    if native.library_avx2() is not None:
-        return "native AVX2 (Numba for the rest)"
-    return "Numba (no native kernels: " + native.describe() + ")"
 
 
 def verdict(times: Dict[str, List[float]], allow: List[str]) -> List[List[object]]:
@@ -138,7 +129,6 @@ def run(args: argparse.Namespace) -> None:
             fn = optimizer_reducer(comp, False, fusion, f"DistributedSGD_{name}")  # names of its own
             fns[name] = lambda fn=fn: readback(fn(grads))
             nbytes[name] = bytes_per_step(shapes, comp, hvd.size(), fusion_bytes=fusion)
-        from horovod_q8.collective import policy
         sizes = [sum(policy.numel(shapes[m]) for m in b) for b in policy.plan_buckets(shapes, fusion, 4)]
         if rank0:
             print(f"ResNet-50 buckets (elements): {sizes}\n", flush=True)

@@ -91,6 +91,17 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, Python {platform.python_version()}"
 
 
+def kernels() -> str:
+    """The codec kernels this process runs (native AVX-512 / AVX2, or Numba)."""
+    from horovod_q8.backends import native
+
+    if native.library() is not None:
+        return "native AVX-512"
+    if native.library_avx2() is not None:
+        return "native AVX2 (Numba for the rest)"
+    return "Numba (no native kernels: " + native.describe() + ")"
+
+
 def number(v: float) -> str:
     """A figure as the tables print it: 3 significant digits, whole numbers from 1000."""
     return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"

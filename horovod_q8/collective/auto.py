@@ -34,8 +34,8 @@ CODEBOOK_OPTIONS = ("block_size", "rounding", "seed")
 THRESHOLD_OPTIONS = ("threshold", "levels")
 SETTING_OPTIONS = ("error_feedback", "warmup_steps", "schedule", "pipeline_elements")
 DEFAULT_ALLOW = ("none", "fp16", "q8")
-# Elements of the two probe sizes. LARGE is a 16 MiB bucket (the fused path's default): a
-# CPU-bound link moves a 4 MiB tensor, which stays in cache, about twice as fast as a 100 MB one.
+# Elements of the two probe sizes. LARGE is a 16 MiB float32 tensor: a CPU-bound link moves a
+# 4 MiB message, which stays in cache, about twice as fast as a 100 MB one.
 SMALL, LARGE = 4096, 1 << 22
 # Horovod's own paths are also timed at HUGE (Horovod's 64 MiB fusion buffer) where the link
 # moves LARGE within HUGE_BELOW_S: fp16's MPI sum of halves slows down past a few MB (2 hosts,

@@ -11,7 +11,7 @@ def DistributedOptimizer(optimizer, compression=None, fusion_bytes: int = DEFAUL
                          **kwargs):
     """`horovod.tensorflow.keras.DistributedOptimizer` with buckets of up to `fusion_bytes`,
     each through one compressed allreduce (what the stock one with compression=Q8 does too,
-    with 16 MiB buckets)."""
+    with 64 MiB buckets)."""
     compression = compression or hvd_keras.Compression.none
     with reducer_options(fusion_bytes=fusion_bytes):
         return hvd_keras.DistributedOptimizer(optimizer, compression=compression, **kwargs)
