@@ -1,6 +1,6 @@
 """When each host call of one compressed step runs: ResNet-50's 214 gradients through the stock
-hvd.DistributedOptimizer reducer (16 MiB buckets) and one tensor of as many elements, rank 0's
-encode and decode calls in ms from the step's start. Where the wire waits between buckets, the
+hvd.DistributedOptimizer reducer (the default buckets, or --fusion-mb) and one tensor of as many
+elements, rank 0's encode and decode calls in ms from the step's start. Where the wire waits between buckets, the
 decodes show it: each bucket's decode runs once its collective is done.
 
     horovod-q8 cluster --hosts 2 --bandwidth 1gbit -- python scripts/step_timeline.py [--compression q8] [--steps 3]
@@ -17,14 +17,15 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--compression", default="q8")
     p.add_argument("--steps", type=int, default=3, help="timed steps of each workload")
+    p.add_argument("--fusion-mb", type=float, default=None, help="bucket size (default: the product's)")
     args = p.parse_args()
 
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
     from horovod_q8.bench.allreduce import optimizer_reducer, resnet50_gradients, resnet50_shapes
-    from horovod_q8.bench.common import kernels
-    from horovod_q8.bench.common import machine, readback
+    from horovod_q8.bench.common import kernels, machine, readback
+    from horovod_q8.collective import policy
     from horovod_q8.tensorflow import bridge, compressor
 
     hvd.init()
@@ -33,7 +34,8 @@ def main() -> None:
     grads = resnet50_gradients(shapes, hvd.rank())
     n = sum(int(np.prod(s)) for s in shapes)
     x = tf.constant(np.random.default_rng(hvd.rank()).standard_normal(n).astype(np.float32))
-    reducer = optimizer_reducer(comp, False, 16 << 20, "timeline")
+    fusion = policy.DEFAULT_FUSION_BYTES if args.fusion_mb is None else int(args.fusion_mb * 2 ** 20)
+    reducer = optimizer_reducer(comp, False, fusion, "timeline")
     tensor = tf.function(lambda t: hvd.allreduce(t, compression=comp, name="timeline.tensor"))
     if hvd.rank() == 0:
         print(f"# step timeline: {hvd.size()} ranks, {machine()}; codec kernels: {kernels()}; {args.compression}; "
