@@ -1,7 +1,7 @@
 """When each host call of one compressed step runs: ResNet-50's 214 gradients through the stock
 hvd.DistributedOptimizer reducer (the default buckets, or --fusion-mb) and one tensor of as many
-elements, rank 0's encode and decode calls in ms from the step's start. Where the wire waits between buckets, the
-decodes show it: each bucket's decode runs once its collective is done.
+elements, rank 0's encode and decode calls in ms from the step's start. Where the wire waits
+between buckets, the decodes show it: each bucket's decode runs once its collective is done.
 
     horovod-q8 cluster --hosts 2 --bandwidth 1gbit -- python scripts/step_timeline.py [--compression q8] [--steps 3]
 """

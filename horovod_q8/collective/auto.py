@@ -464,8 +464,7 @@ class AutoPlan:
         2026-12-06-e38f744/none_avx512.log)."""
         step = sum(int(n) for n in sizes)
         chosen = [self.choose(n, step) for n in sizes]
-        least = max(self.auto.min_size, 1)
-        free = [] if self.forced else [k for k, n in enumerate(sizes) if int(n) >= least]
+        free = [] if self.forced else [k for k, n in enumerate(sizes) if not self._too_small(int(n))]
         # in allowed order, not a set's: ties go to the first allowed on every rank (a set of
         # strings iterates in an order that differs between processes)
         names = [a for a in self.auto.allow if any(chosen[k].name == a for k in free)]
@@ -482,10 +481,14 @@ class AutoPlan:
             chosen[k] = Choice(c.n, one, c.predicted, UNIFORM)
         return chosen
 
+    def _too_small(self, n: int) -> bool:
+        """A bucket under min_size elements goes plain, whatever the model predicts."""
+        return n < max(self.auto.min_size, 1)
+
     def _choose(self, n: int, step: int = 0) -> Choice:
         allow = self.auto.allow
         predicted = tuple((a, self.predict(a, n, step)) for a in allow)
-        if n < max(self.auto.min_size, 1):
+        if self._too_small(n):
             plain = "none" if "none" in allow else allow[0]
             return Choice(n, plain, predicted, f"fewer than min_size={self.auto.min_size} elements")
         if self.forced:
