@@ -14,13 +14,13 @@ rounds that never depend on each other:
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 import horovod.torch as hvd
 import torch
 
-from horovod_q8.collective.transport import ArrayTransport
-from horovod_q8.torch.tensors import as_array, as_tensor
+from horovod_q8.collective.transport import ArrayTransport, Buffers
+from horovod_q8.torch.tensors import TensorBuffers, as_array, as_tensor
 
 
 class Deferred:
@@ -46,29 +46,44 @@ def value(x):
 
 
 class _Gather(Deferred):
-    """An allgather submitted at `submit()` (its input computed then) and waited at `result()`."""
+    """An allgather submitted at `submit()` (its input computed then) and waited at `result()`.
 
-    def __init__(self, buf, name: Optional[str]) -> None:
+    Sent as an alltoall of `size` copies, as the TensorFlow transport does (`gather_bytes`): the
+    same bytes on the wire, but Horovod fuses allgathers submitted together and never alltoalls,
+    so bucket k's sum starts once its own bytes are in, while bucket k+1's are on the wire.
+    """
+
+    def __init__(self, buf, size: int, name: Optional[str]) -> None:
         super().__init__(self._wait, waits=True)
-        self.buf, self.name, self.handle = buf, name, None
+        self.buf, self.size, self.name, self.handle = buf, size, name, None
 
     def submit(self) -> None:
         if self.handle is None:
-            self.handle = hvd.allgather_async(as_tensor(value(self.buf)), name=self.name)
+            t = as_tensor(value(self.buf))
+            splits = torch.full((self.size,), t.numel(), dtype=torch.int32)
+            self.handle = hvd.alltoall_async(t.repeat(self.size), splits=splits, name=self.name)
             self.buf = None
 
     def _wait(self):
         self.submit()
-        return as_array(hvd.synchronize(self.handle))
+        return as_array(hvd.synchronize(self.handle)[0])
 
 
 class HorovodTorchTransport(ArrayTransport):
-    """One rank over horovod.torch. `pending` holds the allgathers not yet submitted."""
+    """One rank over horovod.torch. `pending` holds the allgathers not yet submitted.
 
-    def __init__(self) -> None:
-        super().__init__(None)  # fresh arrays per call: results outlive the call
+    buffers: None (fresh arrays per call: a result may outlive the call, as `hvd.allreduce`'s
+    does), or persistent ones for a caller that copies each result out before its next call
+    (the optimizer: a fresh 100 MB array costs its page faults on every step). pending: a list
+    shared with another transport, so that either's `flush()` submits both's allgathers (no
+    rank then waits on one that another rank has not submitted).
+    """
+
+    def __init__(self, buffers: Union[Buffers, TensorBuffers, None] = None,
+                 pending: Optional[List["_Gather"]] = None) -> None:
+        super().__init__(buffers)
         self.rank, self.size = hvd.rank(), hvd.size()
-        self.pending: List[_Gather] = []
+        self.pending: List[_Gather] = [] if pending is None else pending
 
     def local(self, label: str, fn: Callable, inputs: Sequence, out, residual=None, seed=None):
         seed = 0 if seed is None else int(seed)
@@ -82,7 +97,7 @@ class HorovodTorchTransport(ArrayTransport):
         return Deferred(lambda: as_array(hvd.synchronize(handle)[0]), waits=True)
 
     def allgatherv(self, buf, sizes, name):
-        g = _Gather(buf, name)
+        g = _Gather(buf, self.size, name)
         if _waits(buf):
             self.pending.append(g)  # round 2: its input waits on an alltoall
         else:
@@ -95,7 +110,8 @@ class HorovodTorchTransport(ArrayTransport):
 
     def flush(self) -> None:
         """Submit every pending allgather (round 2); call before waiting on any result."""
-        pending, self.pending = self.pending, []
+        pending = list(self.pending)
+        self.pending.clear()  # in place: the list may be shared
         for g in pending:
             g.submit()
 

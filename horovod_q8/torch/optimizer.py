@@ -24,7 +24,7 @@ from horovod_q8.torch import hvd_agreement
 from horovod_q8.torch.common import seed_for
 from horovod_q8.torch.compressor import Q8Compressor
 from horovod_q8.torch.state import TorchResiduals
-from horovod_q8.torch.tensors import as_array, as_tensor, kernel_stream
+from horovod_q8.torch.tensors import TensorBuffers, as_array, as_tensor, kernel_stream
 
 DEFAULT_FUSION_BYTES = 64 * 1024 * 1024
 STATE_KEY = "horovod_q8"
@@ -62,6 +62,7 @@ class Reducer:
         n = hvd.size()
         self.scale = 1.0 / n if op == hvd.Average else 1.0  # predivide's pre * post is 1
         self.stores: Dict[str, TorchResiduals] = {}
+        self.transports: Dict[str, object] = {}  # HorovodTorchTransport by device
         self.buckets: List[Bucket] = []
         self.bucket_of: Dict[torch.nn.Parameter, Bucket] = {}
         for device, members in _by_device(named):
@@ -85,6 +86,17 @@ class Reducer:
             self.stores[str(device)] = TorchResiduals(device)
         return self.stores[str(device)]
 
+    def transport(self, device: torch.device):
+        """This optimizer's transport for one device: persistent buffers (`finish` copies every
+        result out before the next step), its pending allgathers shared with horovod_q8's
+        `hvd.allreduce` path (imported here: horovod_q8.torch loads without Horovod)."""
+        from horovod_q8.torch.compressor import transport as shared_transport
+        from horovod_q8.torch.hvd_transport import HorovodTorchTransport
+
+        if str(device) not in self.transports:
+            self.transports[str(device)] = HorovodTorchTransport(TensorBuffers(device), shared_transport().pending)
+        return self.transports[str(device)]
+
     def grad_ready(self, p: torch.nn.Parameter) -> None:
         """A hook's call: launch p's bucket once every gradient in it is final."""
         b = self.bucket_of[p]
@@ -94,8 +106,6 @@ class Reducer:
 
     def launch(self, b: Bucket) -> None:
         """Round 1 for one bucket: encode and submit, or a plain (named) allreduce."""
-        from horovod_q8.torch.compressor import transport
-
         grads = self._grads(b)
         device = grads[0].device
         store = self.store(device)
@@ -106,7 +116,7 @@ class Reducer:
             flat = grads[0] if len(grads) == 1 else torch.cat(grads)
             b.launched = ("plain", self.hvd.allreduce_async(flat, op=self.hvd.Sum, name=f"{b.key}.plain"))
             return
-        t, base = transport(), self.setting.format.seed
+        t, base = self.transport(device), self.setting.format.seed
         req = policy.request(self.setting, b.n, b.group, b.key)
         if len(req.piece_sizes()) == 1:
             # the gradients as they lie, each in its slot: the encode reads them in place (bucket_parts)
@@ -136,13 +146,13 @@ class Reducer:
 
     def finish(self) -> None:
         """Launch what no hook launched (bucket order), round 2, and write the averages back."""
-        from horovod_q8.torch.compressor import transport
+        from horovod_q8.torch.compressor import transport as shared_transport
         from horovod_q8.torch.hvd_transport import value
 
         for b in self.buckets:
             if b.launched is None:
                 self.launch(b)
-        transport().flush()
+        shared_transport().flush()
         for b in self.buckets:
             kind, pending = b.launched
             if kind == "plain":

@@ -209,7 +209,46 @@ def check_optimizer(fmt: str) -> None:
         else:
             raise AssertionError(f"Adasum was accepted (HOROVOD_Q8_FUSED={fused})")
     os.environ["HOROVOD_Q8_FUSED"] = "1"
+    check_steps_independent(fmt)
     print(f"{fmt}: hvd.DistributedOptimizer fused and per tensor, predivide, identical weights ok", flush=True)
+
+
+def averaged_grads(opt, params, grads) -> torch.Tensor:
+    """One synchronize() of the given gradients (set, not computed): the averages it wrote."""
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    opt.synchronize()
+    out = torch.cat([p.grad.reshape(-1).clone() for p in params])
+    with opt.skip_synchronize():
+        opt.step()
+    return out
+
+
+def check_steps_independent(fmt: str) -> None:
+    """The fused optimizer reuses its buffers step after step (codes, sums, results): a step's
+    averages are those a fresh optimizer computes from the same gradients, bit for bit, after
+    steps of other sizes and magnitudes (several buckets; codebook formats keep no residual)."""
+    if fmt not in BUDGET:
+        return
+    shapes = [(3000,), (50, 40), (7,), (2500,), (33, 33)]
+
+    def fresh():
+        params = [torch.nn.Parameter(torch.zeros(s)) for s in shapes]
+        opt = q8t.DistributedOptimizer(torch.optim.SGD(params, lr=0.0), compression=compressor(fmt, min_size=64),
+                                       named_parameters=[(f"p{i}", p) for i, p in enumerate(params)],
+                                       fusion_bytes=4 * 4000)
+        return params, opt
+
+    steps = [[rank_data(s, 50 + 10 * k + i) * 10.0 ** (k - 1) for i, s in enumerate(shapes)] for k in range(3)]
+    params, opt = fresh()
+    assert len(opt._q8.buckets) > 1
+    outs = [averaged_grads(opt, params, g) for g in steps]
+    for k, g in enumerate(steps):
+        alone_params, alone_opt = fresh()
+        alone = averaged_grads(alone_opt, alone_params, g)
+        assert torch.equal(outs[k], alone), (fmt, k)
+        assert same_on_all_ranks(outs[k]), (fmt, k)
+        assert rel_err(outs[k], exact(torch.cat([x.reshape(-1) for x in g]), op=hvd.Average)) < BUDGET[fmt]
 
 
 def check_state_dict(fmt: str) -> None:
