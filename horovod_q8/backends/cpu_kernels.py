@@ -386,7 +386,7 @@ def _scaled_table(table, s, post, st):
 # out = (v0 + v1) * post (a pair of parts): a multiplication by post = 1 gives the same bits,
 # so it stays in the loop rather than doubling the loops.
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _decode_words(c64, st, o8):
     """Eight 8-bit codes per 64-bit load (fewer memory operations than one load per code;
     unaligned words are fine on x86-64 and AArch64)."""
@@ -477,6 +477,18 @@ def _pair_packed(cs, cs1, st, st1, post, os, bits):
                 os[4 * k + q] = (st[(b0 >> sh) & np.uint8(3)] + st1[(b1 >> sh) & np.uint8(3)]) * post
 
 
+@njit(cache=True, inline="always")
+def _decode8(cs, st, os):
+    """A block's 8-bit decode, inlined into `decode`'s loop (Numba IR) instead of a call of
+    `_decode_segment` per block: 25.6M q8 codes in 7.35 ms against 8.17 (serial; 6.11 against
+    6.67 for the parallel kernel on one thread; `HOROVOD_Q8_NATIVE=0 horovod-q8 bench codec
+    --formats q8 --threads 1 --repeats 9 --stat min --baseline 2882264`, Zen 5, console only)."""
+    words = cs.size >> 3
+    _decode_words(cs[: 8 * words].view(np.uint64), st, os[: 8 * words].reshape((words, 8)))
+    for j in range(8 * words, cs.size):
+        os[j] = st[cs[j]]
+
+
 @njit(cache=True)
 def _decode_segment(codes, codes1, i, e, bits, st, st1, out, mode, post):
     """Elements [i, e) of one block: whole bytes through the fast loops, a straddling head/tail one by one."""
@@ -533,7 +545,10 @@ def decode(codes, codes1, n, block, scales, scales1, has_scales, table, bits, ou
             _scaled_table(table, s, post if mode == DECODE else np.float32(1), st)
             if mode == PAIR:
                 _scaled_table(table, s1, np.float32(1), st1)
-            _decode_segment(codes, codes1, i, e, bits, st, st1, out, mode, post)
+            if bits == 8 and mode == DECODE:
+                _decode8(codes[i:e], st, out[i:e])
+            else:
+                _decode_segment(codes, codes1, i, e, bits, st, st1, out, mode, post)
             i = e
 
 
