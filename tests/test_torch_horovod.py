@@ -60,6 +60,12 @@ def test_auto_per_tensor_and_optimizer(allow):
     assert "identical to the fixed ones ok" in out and "horovod_q8 Auto: 1" in out, out[-3000:]
 
 
+def test_auto_fused_buckets_as_fp16():
+    """HOROVOD_Q8_AUTO=fp16: the fused optimizer's buckets go through Horovod's fp16 compressor."""
+    out = run(2, "none+fp16+q8+q4", "auto", env={"HOROVOD_Q8_AUTO": "fp16"})
+    assert "buckets chose ['fp16', 'fp16', 'fp16'], each as its compressor ok" in out, out[-3000:]
+
+
 def test_mpi_controller():
     run(3, "q8", "codebook", "any_order", "optimizer", controller="--mpi")
 

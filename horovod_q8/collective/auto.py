@@ -664,6 +664,28 @@ class AutoCompressorBase(Auto):
     def _compressors(self) -> dict:
         raise NotImplementedError
 
+    def plan(self) -> "AutoPlan":
+        """Calibrate at first use (every rank together), then the fixed plan."""
+        raise NotImplementedError
+
+    @property
+    def level_groups(self) -> bool:
+        """Whether a bucket must hold one layer group (an allowed format quantizes per group)."""
+        return any(getattr(c, "format", None) is not None and c.format.level_groups
+                   for c in self.compressors.values())
+
+    def chosen_for_step(self, sizes: Sequence[int], label: str = "",
+                        log: Optional[Callable[[str], None]] = None) -> list:
+        """The compressor chosen for each of a step's buckets of these sizes, as `compressors`
+        maps its name; with a label, `log` gets the step's choices once per label and sizes."""
+        plan = self.plan()
+        choices = plan.choose_step(sizes)
+        key = (label, tuple(sizes))
+        if label and log is not None and key not in self.auto_state.logged:
+            self.auto_state.logged.add(key)
+            log(f"{plan.describe_step(sizes)} [{label}]")
+        return [self.compressors[ch.name] for ch in choices]
+
     def recalibrate(self) -> None:
         """Measure again at the next use; call it on every rank at the same point."""
         self.auto_state.recalibrate()

@@ -107,12 +107,6 @@ class AutoCompressor(AutoCompressorBase):
     def choose(self, n: int) -> str:
         return self.plan().choose(n).name
 
-    @property
-    def level_groups(self) -> bool:
-        """Whether a bucket must hold one layer group (an allowed format quantizes per group)."""
-        return any(getattr(c, "format", None) is not None and c.format.level_groups
-                   for c in self.compressors.values())
-
     @_python
     def decision(self, tensor: tf.Tensor) -> policy.Decision:
         """Why a tensor outside the fused buckets goes as it goes (the log's reasons)."""
@@ -146,13 +140,7 @@ class AutoCompressor(AutoCompressorBase):
     def for_step(self, sizes: Sequence[int], label: str = "") -> list:
         """The compressor chosen for each of a step's buckets of these sizes (Horovod's own for
         none and fp16); with a label, rank 0 logs the step's choices once per label and sizes."""
-        plan = self.plan()
-        choices = plan.choose_step(sizes)
-        key = (label, tuple(sizes))
-        if label and key not in self.auto_state.logged:
-            self.auto_state.logged.add(key)
-            _log(f"{plan.describe_step(sizes)} [{label}]")
-        return [self.compressors[ch.name] for ch in choices]
+        return self.chosen_for_step(sizes, label, _log)
 
 
 def _alone(statement: Any, label: str) -> None:

@@ -77,8 +77,10 @@ def _named(optimizer, named_parameters) -> list:
 
 
 def _is_ours(compression) -> bool:
+    """A horovod_q8 compressor or Auto: hvd.DistributedOptimizer then builds horovod_q8's."""
+    from horovod_q8.collective.auto import AutoCompressorBase
     from horovod_q8.torch.compressor import Q8Compressor
-    return isinstance(compression, Q8Compressor)
+    return isinstance(compression, (Q8Compressor, AutoCompressorBase))
 
 
 def install() -> bool:

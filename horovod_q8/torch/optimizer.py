@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from horovod_q8.collective import bucket_parts, engine, policy
+from horovod_q8.collective.auto import AutoCompressorBase
 from horovod_q8.torch import hvd_agreement
 from horovod_q8.torch.common import seed_for
 from horovod_q8.torch.compressor import Q8Compressor
@@ -32,21 +33,27 @@ _OPTIMIZERS = itertools.count()  # built in the same order on every rank: names 
 
 
 class Bucket:
-    """Gradients reduced together: parameters (one device), their layer group, the name of its
+    """Gradients reduced together: parameters (one device), their shapes, the name of its
     collectives (`key`, unique in the process) and of its state (`slot`, stable across runs)."""
 
-    def __init__(self, params: List[torch.nn.Parameter], group: str, key: str, slot: str) -> None:
-        self.params, self.group, self.key, self.slot = params, group, key, slot
+    def __init__(self, params: List[torch.nn.Parameter], index: int, key: str, slot: str) -> None:
+        self.params, self.index, self.key, self.slot = params, index, key, slot
+        self.shapes = [tuple(p.shape) for p in params]
         self.n = sum(p.numel() for p in params)
         self.ready = 0
-        self.launched: Optional[Tuple[str, object]] = None  # ("q8" | "plain", deferred sum or handle)
+        # ("q8", deferred sum) or ("plain", handle, (Horovod's compressor or None, its context))
+        self.launched: Optional[tuple] = None
         self.starts: Optional[List[int]] = None  # where each gradient lies in the sum, when padded (bucket_parts)
+
+    def group(self, setting) -> str:
+        """The layer group it is quantized in, under a horovod_q8 setting."""
+        return policy.bucket_group(setting, self.shapes, [0])
 
 
 class Reducer:
     """The buckets of one optimizer and the round-based schedule over them."""
 
-    def __init__(self, named: Sequence[Tuple[str, torch.nn.Parameter]], compression: Q8Compressor,
+    def __init__(self, named: Sequence[Tuple[str, torch.nn.Parameter]], compression,
                  op, gradient_predivide_factor: float, fusion_bytes: int, sparse_as_dense: bool) -> None:
         import horovod.torch as hvd
 
@@ -65,13 +72,15 @@ class Reducer:
         self.transports: Dict[str, object] = {}  # HorovodTorchTransport by device
         self.buckets: List[Bucket] = []
         self.bucket_of: Dict[torch.nn.Parameter, Bucket] = {}
+        self.auto = isinstance(compression, AutoCompressorBase)
+        self.chosen: Optional[tuple] = None  # Auto: (its plan, each bucket's compressor under it)
+        by_group = compression.level_groups if self.auto else bool(compression.format.level_groups)
         for device, members in _by_device(named):
             shapes = [tuple(p.shape) for _, p in members]
-            plan = policy.plan_buckets(shapes, fusion_bytes, 4, bool(compression.format.level_groups))
+            plan = policy.plan_buckets(shapes, fusion_bytes, 4, by_group)
             for idx in plan:
                 k = len(self.buckets)
-                b = Bucket([members[i][1] for i in idx], policy.bucket_group(compression, shapes, idx),
-                           f"{self.prefix}.b{k}", f"b{k}")
+                b = Bucket([members[i][1] for i in idx], k, f"{self.prefix}.b{k}", f"b{k}")
                 self.buckets.append(b)
                 for p in b.params:
                     self.bucket_of[p] = b
@@ -104,20 +113,43 @@ class Reducer:
         if b.ready == len(b.params) and b.launched is None:
             self.launch(b)
 
+    def compressor_of(self, b: Bucket):
+        """The bucket's compressor: the fixed one, or what Auto chose for it (None: Horovod's own
+        none; Horovod's fp16 compressor). Auto chooses for every bucket at once, at the first
+        launch after it has no plan (the first step, or `recalibrate()` on every rank), which
+        calibrates on every rank together: no collective of this optimizer is then in flight."""
+        if not self.auto:
+            return self.setting
+        plan = self.setting.auto_state.plan
+        if self.chosen is None or plan is None or plan is not self.chosen[0]:
+            from horovod_q8.torch.auto import log_on_rank0
+
+            sizes = [x.n for x in self.buckets]
+            comps = self.setting.chosen_for_step(sizes, self.prefix, log_on_rank0(self.hvd.rank()))
+            plan = self.setting.plan()
+            names = [ch.name for ch in plan.choose_step(sizes)]
+            self.chosen = (plan, [self.hvd.Compression.fp16 if nm == "fp16" else c for c, nm in zip(comps, names)])
+        return self.chosen[1][b.index]
+
     def launch(self, b: Bucket) -> None:
         """Round 1 for one bucket: encode and submit, or a plain (named) allreduce."""
         grads = self._grads(b)
         device = grads[0].device
         store = self.store(device)
-        step = store.step(b.slot)
-        decision = policy.decide(self.setting, True, b.n, self.hvd.size(), b.group)
+        comp = self.compressor_of(b)
         b.starts = None
-        if not decision.compress or step <= self.setting.warmup_steps:
-            flat = grads[0] if len(grads) == 1 else torch.cat(grads)
-            b.launched = ("plain", self.hvd.allreduce_async(flat, op=self.hvd.Sum, name=f"{b.key}.plain"))
+        if not isinstance(comp, Q8Compressor):  # Auto chose Horovod's own none or fp16
+            self._launch_plain(b, grads, comp)
             return
-        t, base = self.transport(device), self.setting.format.seed
-        req = policy.request(self.setting, b.n, b.group, b.key)
+        slot = f"{b.slot}.{comp.name}" if self.auto else b.slot  # residuals and steps per format
+        step = store.step(slot)
+        group = b.group(comp)
+        decision = policy.decide(comp, True, b.n, self.hvd.size(), group)
+        if not decision.compress or step <= comp.warmup_steps:
+            self._launch_plain(b, grads, None)
+            return
+        t, base = self.transport(device), comp.format.seed
+        req = policy.request(comp, b.n, group, b.key)
         if len(req.piece_sizes()) == 1:
             # the gradients as they lie, each in its slot: the encode reads them in place (bucket_parts)
             slotted = bucket_parts.in_slots(grads, req.fmt, torch.cat)
@@ -127,8 +159,14 @@ class Reducer:
         else:
             x = as_array(torch.cat(grads) if len(grads) > 1 else grads[0])
         with kernel_stream(device):
-            b.launched = ("q8", engine.compressed_sum(t, req, x, _Slots(store, b.key, b.slot),
+            b.launched = ("q8", engine.compressed_sum(t, req, x, _Slots(store, b.key, slot),
                                                       lambda k: seed_for(base, k, step, t.rank), scale=self.scale))
+
+    def _launch_plain(self, b: Bucket, grads: List[torch.Tensor], comp) -> None:
+        """The bucket's sum through Horovod's allreduce, compressed by Horovod's `comp` (fp16) or not."""
+        flat = grads[0] if len(grads) == 1 else torch.cat(grads)
+        sent, ctx = comp.compress(flat) if comp is not None else (flat, None)
+        b.launched = ("plain", self.hvd.allreduce_async(sent, op=self.hvd.Sum, name=f"{b.key}.plain"), (comp, ctx))
 
     def _grads(self, b: Bucket) -> List[torch.Tensor]:
         """The bucket's gradients as 1-D contiguous float32 tensors (the gradients themselves where they are)."""
@@ -154,9 +192,11 @@ class Reducer:
                 self.launch(b)
         shared_transport().flush()
         for b in self.buckets:
-            kind, pending = b.launched
+            kind, pending = b.launched[:2]
             if kind == "plain":
+                comp, ctx = b.launched[2]
                 total = self.hvd.synchronize(pending)
+                total = comp.decompress(total, ctx) if comp is not None else total
                 total = total.mul_(self.scale) if self.scale != 1.0 else total
             else:
                 with kernel_stream(b.params[0].device):
@@ -172,11 +212,17 @@ class Reducer:
             b.launched, b.ready = None, 0
 
     def state_dict(self) -> dict:
-        return {"residuals": {k: s.state_dict() for k, s in self.stores.items()}}
+        state = {"residuals": {k: s.state_dict() for k, s in self.stores.items()}}
+        if self.auto:
+            state["auto"] = self.setting.state_dict()  # the calibration: a resumed run chooses the same
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         for k, s in state.get("residuals", {}).items():
             self.store(torch.device(k)).load_state_dict(s)
+        if self.auto and state.get("auto") is not None:
+            self.setting.load_state_dict(state["auto"])
+            self.chosen = None
 
 
 class _Slots:
@@ -298,8 +344,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
     if compression is None:
         from horovod_q8.torch.compressor import compressor
         compression = compressor("q8")
-    if not isinstance(compression, Q8Compressor):
-        raise TypeError(f"compression must be a horovod_q8 compressor, got {compression!r}; "
+    if not isinstance(compression, (Q8Compressor, AutoCompressorBase)):
+        raise TypeError(f"compression must be a horovod_q8 compressor or Auto, got {compression!r}; "
                         "use hvd.DistributedOptimizer for Horovod's own")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_Q8DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,

@@ -298,14 +298,53 @@ def check_auto(fmt: str) -> None:
         chosen = comp.plan().choose(x.numel()).name
         fixed = comp.compressors[chosen] or getattr(hvd.Compression, chosen)
         assert torch.equal(y, hvd.allreduce(x, compression=fixed, op=hvd.Average, name=name())), (shape, chosen)
-    w, _, _ = train(comp)
+    w, opt, _ = train(comp)
+    assert STATE_KEY in opt.state_dict(), "hvd.DistributedOptimizer did not build the fused optimizer for Auto"
     assert same_on_all_ranks(w)
+    check_auto_buckets(comp)
     restored = AutoState(comp.auto_state.auto)
     restored.load_state_dict(comp.state_dict())
     plan = restored.ensure(lambda: None, lambda st, label: hvd_agreement.agree(st, label))
     assert plan.restored and plan.fingerprint() == comp.plan().fingerprint()
     print(f"auto ({fmt}): chose {[c.name for _, _, c in plan.classes()]}, identical to the fixed ones ok",
           flush=True)
+
+
+def check_auto_buckets(comp) -> None:
+    """The fused optimizer with Auto: each bucket exactly as the fused optimizer of the compressor
+    Auto chose for it gives it (Horovod's none and fp16: the exact average, to fp16's rounding),
+    identical ranks, and the choices restored from its state_dict."""
+    shapes = [(3000,), (50, 40), (7,), (2500,), (33, 33)]
+    grads = [rank_data(s, 70 + i) for i, s in enumerate(shapes)]
+
+    def build(c):
+        params = [torch.nn.Parameter(torch.zeros(s)) for s in shapes]
+        opt = q8t.DistributedOptimizer(torch.optim.SGD(params, lr=0.0), compression=c, fusion_bytes=4 * 4000,
+                                       named_parameters=[(f"auto_b.{i}", p) for i, p in enumerate(params)])
+        return params, opt
+
+    params, opt = build(comp)
+    got = averaged_grads(opt, params, grads)
+    assert same_on_all_ranks(got)
+    buckets, chosen = opt._q8.buckets, opt._q8.chosen[1]
+    exact_avg = exact(torch.cat([g.reshape(-1) for g in grads]), op=hvd.Average)
+    for c in {id(c): c for c in chosen if isinstance(c, q8t.Q8Compressor)}.values():
+        fixed_params, fixed_opt = build(c)
+        want = averaged_grads(fixed_opt, fixed_params, grads)
+        for b in buckets:
+            if chosen[b.index] is c:
+                lo = sum(x.n for x in buckets[: b.index])
+                assert torch.equal(got[lo: lo + b.n], want[lo: lo + b.n]), (c.name, b.index)
+    for b in buckets:
+        lo = sum(x.n for x in buckets[: b.index])
+        if not isinstance(chosen[b.index], q8t.Q8Compressor):
+            tol = 1e-6 if chosen[b.index] is None else 2e-3
+            assert rel_err(got[lo: lo + b.n], exact_avg[lo: lo + b.n]) < tol, (chosen[b.index], b.index)
+    again_params, again = build(comp)
+    again.load_state_dict(opt.state_dict())
+    assert torch.equal(averaged_grads(again, again_params, grads), got)
+    names = [c.name if isinstance(c, q8t.Q8Compressor) else "none" if c is None else "fp16" for c in chosen]
+    print(f"auto fused optimizer: buckets chose {names}, each as its compressor ok", flush=True)
 
 
 CHECKS = {"auto": check_auto, "codebook": check_codebook, "threshold": check_threshold, "edges": check_edges,
