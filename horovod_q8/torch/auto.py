@@ -91,7 +91,8 @@ def log_on_rank0(rank: int):
 
 @dataclass(frozen=True, repr=False)
 class AutoCompressor(AutoCompressorBase):
-    """An `Auto` setting as a horovod.torch compressor (per tensor); equal settings share a plan."""
+    """An `Auto` setting as a horovod.torch compressor: per tensor in `hvd.allreduce`, per bucket
+    in horovod_q8's fused optimizer (`optimizer.Reducer`); equal settings share a plan."""
 
     def _compressors(self) -> dict:
         from horovod_q8.torch.compressor import Q8Compressor
