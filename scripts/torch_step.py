@@ -66,10 +66,12 @@ def main() -> None:
         print("| compression | ms | the reduction's ms (less local) | vs fp16 (median of the rounds' ratios) |\n"
               "|---|---|---|---|")
         for name, ts in times.items():
-            ratio = statistics.median(f / t for f, t in zip(times["fp16"], ts)) if "fp16" in times else float("nan")
+            ratio = (statistics.median(f / t for f, t in zip(times["fp16"], ts))
+                     if "fp16" in times and name != "local" else None)
             extra = ("" if "local" not in times or name == "local" else
                      f"{statistics.median(t - o for t, o in zip(ts, times['local'])) * 1e3:.0f}")
-            print(f"| {name} | {statistics.median(ts) * 1e3:.0f} | {extra} | {ratio:.2f}x |")
+            shown = "" if ratio is None else f"{ratio:.2f}x"
+            print(f"| {name} | {statistics.median(ts) * 1e3:.0f} | {extra} | {shown} |")
 
 
 if __name__ == "__main__":
