@@ -674,17 +674,21 @@ class AutoCompressorBase(Auto):
         return any(getattr(c, "format", None) is not None and c.format.level_groups
                    for c in self.compressors.values())
 
+    def compressor_for(self, name: str):
+        """The frontend's compressor for a chosen format's name."""
+        return self.compressors[name]
+
     def chosen_for_step(self, sizes: Sequence[int], label: str = "",
                         log: Optional[Callable[[str], None]] = None) -> list:
-        """The compressor chosen for each of a step's buckets of these sizes, as `compressors`
-        maps its name; with a label, `log` gets the step's choices once per label and sizes."""
+        """The compressor chosen for each of a step's buckets of these sizes (`compressor_for`);
+        with a label, `log` gets the step's choices once per label and sizes."""
         plan = self.plan()
         choices = plan.choose_step(sizes)
         key = (label, tuple(sizes))
         if label and log is not None and key not in self.auto_state.logged:
             self.auto_state.logged.add(key)
             log(f"{plan.describe_step(sizes)} [{label}]")
-        return [self.compressors[ch.name] for ch in choices]
+        return [self.compressor_for(ch.name) for ch in choices]
 
     def recalibrate(self) -> None:
         """Measure again at the next use; call it on every rank at the same point."""

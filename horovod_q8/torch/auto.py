@@ -107,11 +107,14 @@ class AutoCompressor(AutoCompressorBase):
         return self.auto_state.ensure(lambda: horovod_probe(self.compressors), lambda s, label: hvd_agreement.agree(s, label),
                                       log_on_rank0(hvd.rank()))
 
-    def _chosen(self, tensor: torch.Tensor):
+    def compressor_for(self, name: str):
+        """horovod_q8's compressor for a quantized format, Horovod's own for none and fp16."""
         import horovod.torch as hvd
 
-        name = self.plan().choose(tensor.numel()).name
         return self.compressors[name] or getattr(hvd.Compression, name)
+
+    def _chosen(self, tensor: torch.Tensor):
+        return self.compressor_for(self.plan().choose(tensor.numel()).name)
 
     def compress(self, tensor: torch.Tensor):
         import horovod.torch as hvd

@@ -41,7 +41,7 @@ class Bucket:
         self.shapes = [tuple(p.shape) for p in params]
         self.n = sum(p.numel() for p in params)
         self.ready = 0
-        # ("q8", deferred sum) or ("plain", handle, (Horovod's compressor or None, its context))
+        # ("q8", deferred sum) or ("plain", handle, (Horovod's compressor, its context))
         self.launched: Optional[tuple] = None
         self.starts: Optional[List[int]] = None  # where each gradient lies in the sum, when padded (bucket_parts)
 
@@ -114,21 +114,19 @@ class Reducer:
             self.launch(b)
 
     def compressor_of(self, b: Bucket):
-        """The bucket's compressor: the fixed one, or what Auto chose for it (None: Horovod's own
-        none; Horovod's fp16 compressor). Auto chooses for every bucket at once, at the first
-        launch after it has no plan (the first step, or `recalibrate()` on every rank), which
-        calibrates on every rank together: no collective of this optimizer is then in flight."""
+        """The bucket's compressor: the fixed one, or what Auto chose for it (Horovod's own for
+        none and fp16). Auto chooses for every bucket at once, at the first launch after it has
+        no plan (the first step, or `recalibrate()` on every rank), which calibrates on every
+        rank together: no collective of this optimizer is then in flight."""
         if not self.auto:
             return self.setting
         plan = self.setting.auto_state.plan
         if self.chosen is None or plan is None or plan is not self.chosen[0]:
             from horovod_q8.torch.auto import log_on_rank0
 
-            sizes = [x.n for x in self.buckets]
-            comps = self.setting.chosen_for_step(sizes, self.prefix, log_on_rank0(self.hvd.rank()))
-            plan = self.setting.plan()
-            names = [ch.name for ch in plan.choose_step(sizes)]
-            self.chosen = (plan, [self.hvd.Compression.fp16 if nm == "fp16" else c for c, nm in zip(comps, names)])
+            comps = self.setting.chosen_for_step([x.n for x in self.buckets], self.prefix,
+                                                 log_on_rank0(self.hvd.rank()))
+            self.chosen = (self.setting.auto_state.plan, comps)
         return self.chosen[1][b.index]
 
     def launch(self, b: Bucket) -> None:
@@ -146,7 +144,7 @@ class Reducer:
         group = b.group(comp)
         decision = policy.decide(comp, True, b.n, self.hvd.size(), group)
         if not decision.compress or step <= comp.warmup_steps:
-            self._launch_plain(b, grads, None)
+            self._launch_plain(b, grads, self.hvd.Compression.none)
             return
         t, base = self.transport(device), comp.format.seed
         req = policy.request(comp, b.n, group, b.key)
@@ -163,9 +161,9 @@ class Reducer:
                                                       lambda k: seed_for(base, k, step, t.rank), scale=self.scale))
 
     def _launch_plain(self, b: Bucket, grads: List[torch.Tensor], comp) -> None:
-        """The bucket's sum through Horovod's allreduce, compressed by Horovod's `comp` (fp16) or not."""
+        """The bucket's sum through Horovod's allreduce, compressed by Horovod's `comp` (none, fp16)."""
         flat = grads[0] if len(grads) == 1 else torch.cat(grads)
-        sent, ctx = comp.compress(flat) if comp is not None else (flat, None)
+        sent, ctx = comp.compress(flat)
         b.launched = ("plain", self.hvd.allreduce_async(sent, op=self.hvd.Sum, name=f"{b.key}.plain"), (comp, ctx))
 
     def _grads(self, b: Bucket) -> List[torch.Tensor]:
@@ -196,7 +194,7 @@ class Reducer:
             if kind == "plain":
                 comp, ctx = b.launched[2]
                 total = self.hvd.synchronize(pending)
-                total = comp.decompress(total, ctx) if comp is not None else total
+                total = comp.decompress(total, ctx)
                 total = total.mul_(self.scale) if self.scale != 1.0 else total
             else:
                 with kernel_stream(b.params[0].device):

@@ -224,27 +224,31 @@ def averaged_grads(opt, params, grads) -> torch.Tensor:
     return out
 
 
+SMALL_BUCKETS = [(3000,), (50, 40), (7,), (2500,), (33, 33)]  # several buckets of fusion_bytes=16000
+
+
+def small_buckets(comp):
+    """Parameters of SMALL_BUCKETS and horovod_q8's fused optimizer over them (lr 0)."""
+    params = [torch.nn.Parameter(torch.zeros(s)) for s in SMALL_BUCKETS]
+    opt = q8t.DistributedOptimizer(torch.optim.SGD(params, lr=0.0), compression=comp, fusion_bytes=4 * 4000,
+                                   named_parameters=[(f"p{i}", p) for i, p in enumerate(params)])
+    return params, opt
+
+
 def check_steps_independent(fmt: str) -> None:
     """The fused optimizer reuses its buffers step after step (codes, sums, results): a step's
     averages are those a fresh optimizer computes from the same gradients, bit for bit, after
     steps of other sizes and magnitudes (several buckets; codebook formats keep no residual)."""
     if fmt not in BUDGET:
         return
-    shapes = [(3000,), (50, 40), (7,), (2500,), (33, 33)]
-
-    def fresh():
-        params = [torch.nn.Parameter(torch.zeros(s)) for s in shapes]
-        opt = q8t.DistributedOptimizer(torch.optim.SGD(params, lr=0.0), compression=compressor(fmt, min_size=64),
-                                       named_parameters=[(f"p{i}", p) for i, p in enumerate(params)],
-                                       fusion_bytes=4 * 4000)
-        return params, opt
-
-    steps = [[rank_data(s, 50 + 10 * k + i) * 10.0 ** (k - 1) for i, s in enumerate(shapes)] for k in range(3)]
-    params, opt = fresh()
+    comp = compressor(fmt, min_size=64)
+    steps = [[rank_data(s, 50 + 10 * k + i) * 10.0 ** (k - 1) for i, s in enumerate(SMALL_BUCKETS)]
+             for k in range(3)]
+    params, opt = small_buckets(comp)
     assert len(opt._q8.buckets) > 1
     outs = [averaged_grads(opt, params, g) for g in steps]
     for k, g in enumerate(steps):
-        alone_params, alone_opt = fresh()
+        alone_params, alone_opt = small_buckets(comp)
         alone = averaged_grads(alone_opt, alone_params, g)
         assert torch.equal(outs[k], alone), (fmt, k)
         assert same_on_all_ranks(outs[k]), (fmt, k)
@@ -296,7 +300,7 @@ def check_auto(fmt: str) -> None:
         y = hvd.allreduce(x, compression=comp, op=hvd.Average, name=name())
         assert same_on_all_ranks(y), shape
         chosen = comp.plan().choose(x.numel()).name
-        fixed = comp.compressors[chosen] or getattr(hvd.Compression, chosen)
+        fixed = comp.compressor_for(chosen)
         assert torch.equal(y, hvd.allreduce(x, compression=fixed, op=hvd.Average, name=name())), (shape, chosen)
     w, opt, _ = train(comp)
     assert STATE_KEY in opt.state_dict(), "hvd.DistributedOptimizer did not build the fused optimizer for Auto"
@@ -314,22 +318,14 @@ def check_auto_buckets(comp) -> None:
     """The fused optimizer with Auto: each bucket exactly as the fused optimizer of the compressor
     Auto chose for it gives it (Horovod's none and fp16: the exact average, to fp16's rounding),
     identical ranks, and the choices restored from its state_dict."""
-    shapes = [(3000,), (50, 40), (7,), (2500,), (33, 33)]
-    grads = [rank_data(s, 70 + i) for i, s in enumerate(shapes)]
-
-    def build(c):
-        params = [torch.nn.Parameter(torch.zeros(s)) for s in shapes]
-        opt = q8t.DistributedOptimizer(torch.optim.SGD(params, lr=0.0), compression=c, fusion_bytes=4 * 4000,
-                                       named_parameters=[(f"auto_b.{i}", p) for i, p in enumerate(params)])
-        return params, opt
-
-    params, opt = build(comp)
+    grads = [rank_data(s, 70 + i) for i, s in enumerate(SMALL_BUCKETS)]
+    params, opt = small_buckets(comp)
     got = averaged_grads(opt, params, grads)
     assert same_on_all_ranks(got)
     buckets, chosen = opt._q8.buckets, opt._q8.chosen[1]
     exact_avg = exact(torch.cat([g.reshape(-1) for g in grads]), op=hvd.Average)
     for c in {id(c): c for c in chosen if isinstance(c, q8t.Q8Compressor)}.values():
-        fixed_params, fixed_opt = build(c)
+        fixed_params, fixed_opt = small_buckets(c)
         want = averaged_grads(fixed_opt, fixed_params, grads)
         for b in buckets:
             if chosen[b.index] is c:
@@ -338,12 +334,13 @@ def check_auto_buckets(comp) -> None:
     for b in buckets:
         lo = sum(x.n for x in buckets[: b.index])
         if not isinstance(chosen[b.index], q8t.Q8Compressor):
-            tol = 1e-6 if chosen[b.index] is None else 2e-3
+            tol = 1e-6 if chosen[b.index] is hvd.Compression.none else 2e-3
             assert rel_err(got[lo: lo + b.n], exact_avg[lo: lo + b.n]) < tol, (chosen[b.index], b.index)
-    again_params, again = build(comp)
+    again_params, again = small_buckets(comp)
     again.load_state_dict(opt.state_dict())
     assert torch.equal(averaged_grads(again, again_params, grads), got)
-    names = [c.name if isinstance(c, q8t.Q8Compressor) else "none" if c is None else "fp16" for c in chosen]
+    names = [c.name if isinstance(c, q8t.Q8Compressor) else "none" if c is hvd.Compression.none else "fp16"
+             for c in chosen]
     print(f"auto fused optimizer: buckets chose {names}, each as its compressor ok", flush=True)
 
 
