@@ -1,0 +1,220 @@
+"""How close q8's encode + decode can come to a copy with each CPU kernel family, whatever its
+search: the shipped kernels beside timing-only variants that skip the search (the codes are the
+quotient's top bits) and the decode's table lookups (each code converted to a float), a
+float32 copy, and what that leaves for the search and the lookups under a target ratio.
+
+    python scripts/codec_floor.py [--kernels avx2,numba] [--elements 25600000] [--rounds 9]
+
+AVX2 rows build variants of kernels/codec_avx2.c (text substitutions of this tree's source,
+built as the product builds it, on any x86-64 CPU with AVX2); one of them is an exact
+alternative search (the segment from 7 compares, then the AVX-512 kernel's affine estimate),
+and `same codes` says which rows give the shipped kernel's bytes. Numba rows run this tree's
+Numba kernels (`HOROVOD_Q8_NATIVE=0`, one thread) beside Numba loops without the search or the
+lookups. Rounds interleave the rows; the minimum is kept.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Tuple
+
+os.environ["HOROVOD_Q8_NATIVE"] = "0"  # the Numba rows: the product's Numba path; AVX2 rows load their own builds
+os.environ["NUMBA_NUM_THREADS"] = "1"
+
+import numpy as np  # noqa: E402
+from numba import njit  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from horovod_q8.backends import cpu, native  # noqa: E402
+from horovod_q8.bench.common import machine  # noqa: E402
+from horovod_q8.collective.transport import AlignedPool  # noqa: E402
+from horovod_q8.formats import spec  # noqa: E402
+
+SOURCE = REPO / "kernels" / "codec_avx2.c"
+TARGETS = {"avx2": 1.5, "numba": 2.5}  # (encode + decode) / copy, issue 34
+CODES8_BODY = "    __m256i neg = _mm256_srai_epi32(b, 31);  // -1 where the sign bit is set\n"
+CODES8_END = "    return _mm256_blendv_epi8(code, _mm256_sub_epi32(twice_center, code), neg);\n}\n"
+VALUES8_BODY = "    uint64_t w;\n    memcpy(&w, c, 8);\n    __m128 a = _mm_load_ss(table + (w & 255))"
+VALUES8_END = "    return _mm256_insertf128_ps(_mm256_castps128_ps256(a), h, 1);\n}\n"
+
+
+def _between(s: str, start: str, end: str) -> Tuple[int, int]:
+    """The span from `start` to the end of the first `end` after it; each must be found once."""
+    if s.count(start) != 1:
+        raise SystemExit(f"codec_floor: {start[:60]!r}... is not in {SOURCE} exactly once; update this script")
+    i = s.index(start)
+    return i, s.index(end, i) + len(end)
+
+
+def _replace_body(s: str, start: str, end: str, body: str) -> str:
+    i, j = _between(s, start, end)
+    return s[:i] + body + s[j:]
+
+
+def _segment_search() -> str:
+    """codes8's body as the segment estimate: d = count(segments' lowest mids < a), 7 compares;
+    w = a * c1[d] - c0[d], clamped; the code from w's bits, a tie through the cell lookup."""
+    T = native.symmetric_tables("dynamic_tree")
+    f32 = lambda v: ", ".join(f"{float(np.float32(x))!r}f" for x in v)  # noqa: E731
+    return f"""
+    static const int32_t lows[7] = {{{", ".join(str(int(v)) for v in T.lo_next[:7])}}};
+    static const float c1[8] = {{{f32(T.c1[:8])}}}, c0[8] = {{{f32(T.c0[:8])}}}, wh[8] = {{{f32(T.w_hi[:8])}}};
+    __m256i neg = _mm256_srai_epi32(b, 31);
+    __m256i a = _mm256_sub_epi32(_mm256_and_si256(b, _mm256_set1_epi32((int)ABS_MASK)), neg);
+    __m256i d = _mm256_setzero_si256();
+    for (int q = 0; q < 7; q++) d = _mm256_sub_epi32(d, _mm256_cmpgt_epi32(a, _mm256_set1_epi32(lows[q])));
+    __m256 w = _mm256_sub_ps(_mm256_mul_ps(_mm256_castsi256_ps(a), _mm256_permutevar8x32_ps(_mm256_loadu_ps(c1), d)),
+                             _mm256_permutevar8x32_ps(_mm256_loadu_ps(c0), d));
+    __m256i wb = _mm256_castps_si256(_mm256_min_ps(w, _mm256_permutevar8x32_ps(_mm256_loadu_ps(wh), d)));
+    __m256i code = _mm256_srli_epi32(wb, 15);
+    code = _mm256_blendv_epi8(code, _mm256_sub_epi32(twice_center, code), neg);
+    int tie = _mm256_movemask_ps(_mm256_castsi256_ps(
+        _mm256_cmpeq_epi32(_mm256_and_si256(wb, _mm256_set1_epi32(0x7FFF)), _mm256_setzero_si256())));
+    if (__builtin_expect(tie, 0)) {{
+        __m256i exact = _mm256_srli_epi32(_mm256_add_epi32(_mm256_i32gather_epi32(cells,
+            _mm256_srli_epi32(_mm256_subs_epu16(a, lo_bits), CELL_SHIFT), 4), _mm256_and_si256(a, _mm256_set1_epi32(CELL_MASK))), 24);
+        exact = _mm256_blendv_epi8(exact, _mm256_sub_epi32(twice_center, exact), neg);
+        code = _mm256_blendv_epi8(code, exact, _mm256_cmpeq_epi32(_mm256_and_si256(wb, _mm256_set1_epi32(0x7FFF)),
+                                                                  _mm256_setzero_si256()));
+    }}
+    return code;
+}}
+"""
+
+
+def avx2_variants() -> Dict[str, str]:
+    """Sources of the AVX2 rows by label."""
+    s = SOURCE.read_text()
+    no_search = "    (void)cells; (void)lo_bits; (void)twice_center;\n    return _mm256_srli_epi32(b, 24);\n}\n"
+    no_lookup = "    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)c)));\n}\n"
+    return {
+        "shipped": s,
+        "no search": _replace_body(s, CODES8_BODY, CODES8_END, no_search),
+        "segment search (7 compares, exact)": _replace_body(s, CODES8_BODY, CODES8_END, _segment_search()),
+        "no table lookups": _replace_body(s, VALUES8_BODY, VALUES8_END, no_lookup),
+    }
+
+
+@njit(cache=False)
+def _numba_encode_floor(x, block, scale_bits, codes):
+    """The Numba encode's passes without its search: absmax, the division, one byte per element."""
+    xb = x.view(np.uint32)
+    for b in range((x.size + block - 1) // block):
+        s, e = b * block, min(b * block + block, x.size)
+        xs = xb[s:e]
+        m = np.uint32(0)
+        for i in range(xs.size):
+            u = np.uint32(xs[i] & np.uint32(0x7FFFFFFF))
+            m = u if u > m else m
+        scale_bits[b] = m
+        sc = scale_bits.view(np.float32)[b]
+        xf, cs = x[s:e], codes[s:e]
+        for i in range(xf.size):
+            cs[i] = np.uint8(np.int32(xf[i] / sc * np.float32(127.0)) + np.int32(127))
+
+
+@njit(cache=False)
+def _numba_decode_floor(codes, block, scales, out):
+    """The Numba decode without its table: each code converted to a float, times the scale."""
+    for b in range((codes.size + block - 1) // block):
+        s, e = b * block, min(b * block + block, codes.size)
+        cs, os_, sc = codes[s:e], out[s:e], scales[b]
+        for i in range(cs.size):
+            os_[i] = np.float32(cs[i]) * sc
+
+
+def avx2_rows(x: np.ndarray, block: int, aligned) -> List[Tuple[str, str, Callable[[], None], Callable[[], bytes]]]:
+    """(label, encode|decode, run, result) for the AVX2 family."""
+    n, nb = x.size, -(-x.size // block)
+    T, table = native.avx2_tables("dynamic_tree"), native.decode_values(spec.get("q8"))
+    buf = cpu.encode(x, spec.get("q8"))  # the codes every decode row reads (Numba's: the same bytes)
+    scales, codes = buf[: 4 * nb].view(np.float32), buf[4 * nb:]
+    rows = []
+    for k, (label, src) in enumerate(avx2_variants().items()):
+        lib = native.load_variant(f"codec_avx2_floor{k}.c", src, "avx2")
+        if label != "no table lookups":
+            sb, c = np.empty(nb, np.uint32), aligned(n, np.uint8)
+            run = (lambda lib=lib, sb=sb, c=c: lib.hq8_avx2_encode8(x.ctypes.data, n, block, sb.ctypes.data,
+                                                                     c.ctypes.data, ctypes.byref(T)))
+            rows.append((label, "encode", run, lambda sb=sb, c=c: sb.tobytes() + c.tobytes()))
+        if label in ("shipped", "no table lookups"):
+            o = aligned(n, np.float32)
+            cp, sp = (ctypes.c_void_p * 1)(codes.ctypes.data), (ctypes.c_void_p * 1)(scales.ctypes.data)
+            run = (lambda lib=lib, o=o, cp=cp, sp=sp, buf=buf: lib.hq8_avx2_sum(  # buf: alive while cp, sp point into it
+                8, cp, sp, 1, n, block, table.ctypes.data, o.ctypes.data, 0, 1.0, n))
+            rows.append((label, "decode", run, lambda o=o: o.tobytes()))
+    return rows
+
+
+def numba_rows(x: np.ndarray, block: int, aligned) -> List[Tuple[str, str, Callable[[], None], Callable[[], bytes]]]:
+    """(label, encode|decode, run, result) for the Numba family."""
+    fmt, n, nb = spec.get("q8"), x.size, -(-x.size // block)
+    buf = cpu.encode(x, fmt)
+    eo, fo, sb, c = aligned(n, np.float32), aligned(n, np.float32), np.empty(nb, np.uint32), aligned(n, np.uint8)
+    scales = buf[: 4 * nb].view(np.float32)
+    ssb, sc = np.empty(nb, np.uint32), aligned(n, np.uint8)
+    return [("shipped", "encode", lambda: cpu.encode_into(x, fmt, ssb, sc), lambda: ssb.tobytes() + sc.tobytes()),
+            ("no search", "encode", lambda: _numba_encode_floor(x, block, sb, c), lambda: sb.tobytes() + c.tobytes()),
+            ("shipped", "decode", lambda: cpu.decode(buf, fmt, n, out=eo), lambda: eo.tobytes()),
+            ("no table lookups", "decode", lambda: _numba_decode_floor(buf[4 * nb:], block, scales, fo),
+             lambda: fo.tobytes())]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--kernels", default="avx2,numba", help="families: avx2, numba")
+    p.add_argument("--elements", type=int, default=25_600_000)
+    p.add_argument("--block", type=int, default=1024)
+    p.add_argument("--rounds", type=int, default=9)
+    args = p.parse_args()
+    families = [f for f in args.kernels.split(",") if f]
+    unknown = sorted(set(families) - set(TARGETS))
+    if unknown:
+        raise SystemExit(f"codec_floor: unknown kernel families {unknown}; known: {sorted(TARGETS)}")
+    aligned = AlignedPool(per_size=0)
+    x = aligned(args.elements, np.float32)
+    x[:] = np.random.default_rng(0).standard_normal(args.elements)
+    y = aligned(args.elements, np.float32)
+    rows = {f: (avx2_rows if f == "avx2" else numba_rows)(x, args.block, aligned) for f in families}
+    best: Dict[Tuple[str, str, str], float] = {}
+    for _ in range(args.rounds):
+        t = time.perf_counter()
+        np.copyto(y, x)
+        best["copy", "", ""] = min(best.get(("copy", "", ""), 1e9), time.perf_counter() - t)
+        for f, rs in rows.items():
+            for label, op, run, _ in rs:
+                t = time.perf_counter()
+                run()
+                best[f, label, op] = min(best.get((f, label, op), 1e9), time.perf_counter() - t)
+    copy = best["copy", "", ""] * 1e3
+    print(f"# q8 (dynamic tree), {args.elements} float32 (Gaussian), blocks of {args.block}, min of {args.rounds} "
+          f"interleaved rounds, one thread; a float32 copy {copy:.2f} ms; {machine()}\n")
+    print("| kernels | variant | op | ms | same bytes as shipped |")
+    print("|---|---|---|---|---|")
+    for f, rs in rows.items():
+        shipped = {op: res() for label, op, _, res in rs if label == "shipped"}
+        for label, op, _, res in rs:
+            same = res() == shipped[op]
+            print(f"| {f} | {label} | {op} | {best[f, label, op] * 1e3:.2f} | {same} |")
+    print()
+    for f in rows:
+        ms = lambda label, op: best[f, label, op] * 1e3  # noqa: E731
+        budget = TARGETS[f] * copy
+        floor = ms("no search", "encode") + ms("no table lookups", "decode")
+        spent = ms("shipped", "encode") + ms("shipped", "decode") - floor
+        room = budget - floor
+        share = f"{spent / room:.1f}x the room" if room > 0 else "no room at all"
+        total = ms("shipped", "encode") + ms("shipped", "decode")
+        print(f"{f}: target {TARGETS[f]}x a copy = {budget:.2f} ms for encode + decode; without the search and "
+              f"the lookups {floor:.2f} ms ({floor / copy:.2f}x), leaving {room:.2f} ms for both; the shipped "
+              f"kernels spend {spent:.2f} ms on them ({share}), {total:.2f} ms in all ({total / copy:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
