@@ -81,3 +81,21 @@ def test_codec_ablation_applies_every_variant():
     assert rows["this tree's kernel"] == "True"
     for exact in ("quotients not taken ahead", "no prefetch", "x / s without a division"):
         assert rows[next(k for k in rows if k.startswith(exact))] == "True", exact
+
+
+def test_codec_floor_applies_every_variant():
+    """scripts/codec_floor.py builds every AVX2 variant (its text substitutions still match, where
+    AVX2 runs) and the Numba ones; the shipped rows and the exact alternative search give the
+    shipped kernels' bytes, the timing-only rows do not, and it states the room left."""
+    avx2 = native._load("avx2")[0] is not None
+    script = Path(__file__).resolve().parents[1] / "scripts" / "codec_floor.py"
+    out = subprocess.run([sys.executable, str(script), "--kernels", "avx2,numba" if avx2 else "numba",
+                          "--elements", "70000", "--rounds", "2"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    rows = {tuple(c.strip() for c in line.strip("| \n").split(" | ")[:3]): line.rstrip(" |").rsplit(" | ", 1)[1]
+            for line in out.stdout.splitlines() if line.startswith("| ") and not line.startswith("| kernels")}
+    assert len(rows) == (9 if avx2 else 4), out.stdout
+    for (family, variant, op), same in rows.items():
+        assert same == str(variant in ("shipped", "segment search (7 compares, exact)")), (family, variant, op)
+    targets = [line for line in out.stdout.splitlines() if line.startswith(("avx2: target", "numba: target"))]
+    assert len(targets) == (2 if avx2 else 1), out.stdout
