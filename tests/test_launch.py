@@ -97,6 +97,26 @@ def test_cli_dry_run_and_errors():
     assert bad.returncode == 2 and "needs values for" in bad.stderr
 
 
+def test_launch_md_shows_what_the_templates_render():
+    """docs/launch.md's walk-throughs: each `horovod-q8 launch ...` command there, run with
+    --dry-run, prints the script the page shows after it (comment lines aside)."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "launch.md").read_text()
+    pairs = re.findall(r"```console\n\$ (horovod-q8 launch .*?)\n```\n.*?```bash\n(.*?)```", doc, re.S)
+    assert len(pairs) == 2, pairs
+    for command, shown in pairs:
+        words = shlex.split(command.replace("\\\n", " "))
+        cut = words.index("--")
+        run = subprocess.run([sys.executable, "-m", "horovod_q8.cli", *words[1:cut], "--dry-run", *words[cut:]],
+                             capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        code = lambda t: [ln for ln in t.strip().splitlines() if not ln.startswith("#") or ln.startswith("#SBATCH")]  # noqa: E731
+        assert code(run.stdout) == code(shown), command
+
+
 def test_world_size_check():
     check_world_size(2, {"OMPI_COMM_WORLD_SIZE": "2"})
     check_world_size(4, {})
