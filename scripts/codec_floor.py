@@ -77,8 +77,9 @@ def _segment_search() -> str:
     int tie = _mm256_movemask_ps(_mm256_castsi256_ps(
         _mm256_cmpeq_epi32(_mm256_and_si256(wb, _mm256_set1_epi32(0x7FFF)), _mm256_setzero_si256())));
     if (__builtin_expect(tie, 0)) {{
-        __m256i exact = _mm256_srli_epi32(_mm256_add_epi32(_mm256_i32gather_epi32(cells,
-            _mm256_srli_epi32(_mm256_subs_epu16(a, lo_bits), CELL_SHIFT), 4), _mm256_and_si256(a, _mm256_set1_epi32(CELL_MASK))), 24);
+        __m256i cell = _mm256_srli_epi32(_mm256_subs_epu16(a, lo_bits), CELL_SHIFT);
+        __m256i exact = _mm256_srli_epi32(_mm256_add_epi32(_mm256_i32gather_epi32(cells, cell, 4),
+                                                           _mm256_and_si256(a, _mm256_set1_epi32(CELL_MASK))), 24);
         exact = _mm256_blendv_epi8(exact, _mm256_sub_epi32(twice_center, exact), neg);
         code = _mm256_blendv_epi8(code, exact, _mm256_cmpeq_epi32(_mm256_and_si256(wb, _mm256_set1_epi32(0x7FFF)),
                                                                   _mm256_setzero_si256()));
@@ -146,8 +147,8 @@ def avx2_rows(x: np.ndarray, block: int, aligned) -> List[Tuple[str, str, Callab
         if label in ("shipped", "no table lookups"):
             o = aligned(n, np.float32)
             cp, sp = (ctypes.c_void_p * 1)(codes.ctypes.data), (ctypes.c_void_p * 1)(scales.ctypes.data)
-            run = (lambda lib=lib, o=o, cp=cp, sp=sp, buf=buf: lib.hq8_avx2_sum(  # buf: alive while cp, sp point into it
-                8, cp, sp, 1, n, block, table.ctypes.data, o.ctypes.data, 0, 1.0, n))
+            run = (lambda lib=lib, o=o, cp=cp, sp=sp, buf=buf: lib.hq8_avx2_sum(  # buf: alive while cp, sp
+                8, cp, sp, 1, n, block, table.ctypes.data, o.ctypes.data, 0, 1.0, n))  # point into it
             rows.append((label, "decode", run, lambda o=o: o.tobytes()))
     return rows
 

@@ -114,3 +114,19 @@ def test_pieces_need_one_flat_tensor():
     req = engine.Request(get("q8"), 5000, piece_elements=2048)
     with pytest.raises(ValueError, match="one piece"):
         run_ranks(2, lambda t: engine.compressed_sum(t, req, Parts([np.zeros(2500, np.float32)] * 2)))
+
+
+@pytest.mark.parametrize("sizes,pieces", [([524_289, 520_287, 3000], None), ([1000, 2000], 1), ([5000] * 300, None),
+                                          ([1 << 20], 1)])
+def test_slotted_request_decides_pieces_on_the_padded_size(sizes, pieces):
+    """A bucket read in place goes as one piece of its padded slots; where that padded size
+    makes two pieces (the unpadded one a single piece: 1,047,576 elements, padded 1,049,600 at
+    pipeline_elements 2**20) the bucket goes concatenated, in pieces, instead."""
+    req = engine.Request(get("q8"), sum(sizes), "auto", False, 1 << 20, "k")
+    slotted = bucket_parts.slotted_request(req, sizes)
+    if pieces is None:
+        assert slotted is None and len(engine.Request(get("q8"), sum(layout(sizes, get("q8"))[2]), "auto", False,
+                                                      1 << 20, "k").piece_sizes()) > 1
+    else:
+        assert slotted is not None and slotted.n == sum(layout(sizes, get("q8"))[2])
+        assert len(slotted.piece_sizes()) == pieces

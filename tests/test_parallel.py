@@ -51,13 +51,13 @@ def test_keras_fit_mpi_3_ranks():
     assert_ok(*run(3, "keras_training.py", "q8", controller="--mpi"))
 
 
-@pytest.mark.parametrize("what", ["block", "format", "min_size", "horovod_none", "optimizer_none"])
+@pytest.mark.parametrize("what", ["block", "format", "min_size", "horovod_none", "optimizer_none", "fusion_bytes"])
 def test_mismatched_settings_stop_with_a_clear_error(what):
     t0 = time.monotonic()
     rc, out = run(2, "config_mismatch.py", what, timeout=300)
     assert rc == 0, out[-4000:]
     assert out.count("MISMATCH-DETECTED") == 2, out[-4000:]
-    expected = {"block": "block_size=1024", "min_size": "min_size=1024",
+    expected = {"block": "block_size=1024", "min_size": "min_size=1024", "fusion_bytes": "fusion_bytes=",
                 "horovod_none": "'q8' here vs 'none' there", "optimizer_none": "'q8' here vs 'none' there"}.get(what)
     assert (expected in out) if expected else ("'q8' here vs 'q4' there" in out or "'q4' here vs 'q8' there" in out)
     assert time.monotonic() - t0 < 120

@@ -53,6 +53,15 @@ def test_distributed_optimizer_fused_and_per_tensor(n):
     assert "q4_threshold: optimizer state_dict carries residuals" in out
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_resume_as_horovods_examples(n):
+    """Rank 0 alone loads the checkpoint, then broadcast_optimizer_state: no hang, identical
+    weights; zero_grad() between backward and step() and unnamed named_parameters are
+    sentences; a bucket whose slots would make two pieces goes as pieces."""
+    out = run(n, "q8", "resume", timeout=300)
+    assert "q8: resumed from rank 0 with broadcast_optimizer_state, zero_grad refused, pieces ok" in out
+
+
 @pytest.mark.parametrize("allow", ["none+fp16+q8+q4", "q8"])
 def test_auto_per_tensor_and_optimizer(allow):
     """Also with none not allowed: calibration still times the link as none."""
@@ -89,6 +98,17 @@ def test_compressed_and_uncompressed_ranks_both_stop_with_a_sentence(case):
     assert out.count("DISAGREEMENT rank") == 2, out[-4000:]
     assert "compression=horovod_q8 'q8' here vs 'none' there" in out, out[-4000:]
     assert time.monotonic() - t0 < 60
+
+
+def test_ranks_with_different_buckets_both_stop_with_a_sentence():
+    """Both ranks q8, the fused optimizer's fusion_bytes differing: the buckets would differ, so
+    every rank raises ConfigMismatchError naming fusion_bytes, before the first step."""
+    cmd = [horovodrun(), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, str(DISAGREE), "fusion_bytes"]
+    rc, out = run_bounded(cmd, 120)
+    assert rc == 0, out[-4000:]
+    assert out.count("DISAGREEMENT rank") == 2, out[-4000:]
+    assert "fusion_bytes=67108864 here vs 4000 there" in out or "fusion_bytes=4000 here vs 67108864 there" in out, \
+        out[-4000:]
 
 
 def test_rank_without_horovod_q8_ends_the_job():

@@ -17,6 +17,7 @@ Stochastic rounding (its random stream follows the element's index), one scale p
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import threading
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -57,6 +58,14 @@ def in_slots(members: Sequence, fmt: Format, concat: Callable[[list], object]) -
     alone, packed, slots = layout([int(np.prod(m.shape)) for m in members], fmt)
     arrays = [members[k] for k in alone] + ([concat([members[k] for k in packed])] if packed else [])
     return Parts(arrays, slots)
+
+
+def slotted_request(req, sizes: Sequence[int]):
+    """The engine request for a bucket of members of these sizes read in place (its n the
+    padded size of their slots), or None where that padded size would go as more than one
+    piece (`pipeline_elements`): pieces split one concatenated range instead."""
+    padded = dataclasses.replace(req, n=sum(layout(sizes, req.fmt)[2]))
+    return padded if len(padded.piece_sizes()) == 1 else None
 
 
 def member_starts(sizes: Sequence[int], fmt: Format) -> List[int]:

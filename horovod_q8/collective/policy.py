@@ -6,6 +6,8 @@ model and the benchmarks alike.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
@@ -82,6 +84,14 @@ def plan_buckets(shapes: Sequence[tuple], fusion_bytes: int, bytes_per_element: 
     if current:
         buckets.append(current)
     return buckets
+
+
+def plan_statement(fusion_bytes: int, bucket_elements: Sequence[int]) -> dict:
+    """What ranks compare about a bucketed reducer before its first step: ranks whose buckets
+    differ (another fusion_bytes, other tensors) would exchange codes of different lengths."""
+    sizes = [int(n) for n in bucket_elements]
+    digest = hashlib.sha256(json.dumps(sizes).encode()).hexdigest()[:12]
+    return {"fusion_bytes": int(fusion_bytes), "buckets": f"{len(sizes)} of {sum(sizes)} elements in all ({digest})"}
 
 
 def bucket_group(setting: Setting, shapes: Sequence[tuple], members: Sequence[int]) -> str:

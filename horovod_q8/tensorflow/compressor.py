@@ -132,13 +132,14 @@ def _gather(obj: Any, name: str) -> list:
         return hvd.allgather_object(obj, name=name)
 
 
-def agree(compression: Any, label: str, once: bool = False) -> None:
-    """Every rank states its compression at `label` (collective.agreement): a difference raises
-    ConfigMismatchError on every rank; a rank that never comes ends the job after the timeout."""
+def agree(compression: Any, label: str, once: bool = False, **more: Any) -> None:
+    """Every rank states its compression (and `more`, plain JSON values) at `label`
+    (collective.agreement): a difference raises ConfigMismatchError on every rank; a rank that
+    never comes ends the job after the timeout."""
     if hvd.size() < 2:
         return
-    (AGREEMENTS.once if once else AGREEMENTS.agree)(_gather, hvd.rank(), {"compression": describe(compression)},
-                                                     label)
+    (AGREEMENTS.once if once else AGREEMENTS.agree)(_gather, hvd.rank(),
+                                                     {"compression": describe(compression), **more}, label)
 
 
 def check_same_config(comp: Setting) -> None:

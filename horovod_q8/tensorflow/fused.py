@@ -7,7 +7,6 @@ the `CompressionState` of that optimizer (tracked, so checkpoints save it).
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import List, Optional
 
@@ -16,7 +15,7 @@ import tensorflow as tf
 
 from horovod_q8.collective import bucket_parts, policy
 from horovod_q8.tensorflow import compressed_sum as C
-from horovod_q8.tensorflow.compressor import Q8Compressor, check_same_config, tell_uncompressed
+from horovod_q8.tensorflow.compressor import Q8Compressor, agree, check_same_config, tell_uncompressed
 from horovod_q8.tensorflow.state import CompressionState
 from horovod_q8.tensorflow.transport import PhaseOrder
 
@@ -95,6 +94,8 @@ class FusedReducer(tf.Module):
             by_group = self.compression.level_groups if auto else bool(self.compression.format.level_groups)
             buckets = policy.plan_buckets(shapes, self.fusion_bytes, 4, by_group)
             sizes = [sum(policy.numel(shapes[m]) for m in members) for members in buckets]
+            if n_ranks > 1:
+                agree(self.compression, "fused_buckets", once=True, **policy.plan_statement(self.fusion_bytes, sizes))
             chosen = self.compression.for_step(sizes, self.prefix) if auto and n_ranks > 1 \
                 else [self.compression] * len(buckets)
             order = PhaseOrder()  # buckets in the same order on every rank, phases overlapping
@@ -131,12 +132,13 @@ class FusedReducer(tf.Module):
         slots come back as aligned views of the sum); pieces split one concatenated tensor."""
         sizes = [policy.numel(m.shape) for m in members]
         req = policy.request(comp, sum(sizes), group, key)
-        if len(req.piece_sizes()) > 1:
+        slotted = bucket_parts.slotted_request(req, sizes)
+        if slotted is None:
             total = C.compressed_sum(self.state, req, tf.concat(members, axis=0), True, comp.warmup_steps,
                                      comp.format.seed, scale=scale, order=order)
             return tf.split(total, sizes)
         parts = bucket_parts.in_slots(members, req.fmt, lambda ts: tf.concat(ts, axis=0))
-        total = C.compressed_sum(self.state, dataclasses.replace(req, n=parts.size), parts,
+        total = C.compressed_sum(self.state, slotted, parts,
                                  True, comp.warmup_steps, comp.format.seed, scale=scale, order=order)
         alone, packed, slots = bucket_parts.layout(sizes, req.fmt)
         sums: List[tf.Tensor] = [tf.zeros([0], tf.float32)] * len(members)  # empty members stay so

@@ -6,6 +6,7 @@ with the collectives that path really uses (Horovod's, or the process group's).
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 from dataclasses import dataclass
@@ -53,10 +54,14 @@ def _tensor_probe(ranks: int, send, allgather, gather, device: torch.device = to
 
 
 def horovod_probe(compressors: Dict[str, Any]) -> Probe:
-    """horovod.torch's collectives; send() is `hvd.allreduce` with the compressor Auto would use."""
+    """horovod.torch's collectives; send() is `hvd.allreduce` with the compressor Auto would use,
+    without its warm-up (a warm-up step would send the probe uncompressed) and with a state of
+    its own."""
     import horovod.torch as hvd
 
     k = next(_PROBES)
+    compressors = {a: c if c is None else dataclasses.replace(c, warmup_steps=0, state=None)
+                   for a, c in compressors.items()}
 
     def send(name: str, t: torch.Tensor) -> None:
         comp = compressors.get(name) or getattr(hvd.Compression, name)  # none: the link, allowed or not

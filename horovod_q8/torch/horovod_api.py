@@ -109,6 +109,7 @@ def install() -> bool:
             from horovod_q8.torch.optimizer import from_horovod_arguments
             return from_horovod_arguments(optimizer, named_parameters, compression, *args, **kwargs)
         process_set = kwargs.get("process_set", args[6] if len(args) > 6 else None)
+        refuse_process_set(compression, process_set)
         named = _named(optimizer, named_parameters)  # a generator is read once: pass the list on
         named_parameters = None if named_parameters is None else named
         if hvd_agreement.is_global(process_set):  # every rank, whatever it compresses, says so
@@ -123,8 +124,15 @@ def install() -> bool:
         return with_names([self._parameter_names.get(p) for p in ps],
                           o["_DistributedOptimizer._grouped_allreduce_grad_async"], self, ps)
 
+    def refuse_process_set(compression, process_set) -> None:
+        if _is_ours(compression) and not hvd_agreement.is_global(process_set):
+            raise ValueError("horovod_q8 compression reduces over every rank: a non-global process_set is not "
+                             "supported (use Horovod's own compression for that process set)")
+
     def agree_once(compression, args, kwargs) -> None:
-        if hvd_agreement.is_global(kwargs.get("process_set", args[3] if len(args) > 3 else None)):
+        process_set = kwargs.get("process_set", args[3] if len(args) > 3 else None)
+        refuse_process_set(compression, process_set)
+        if hvd_agreement.is_global(process_set):
             hvd_agreement.agree(hvd_agreement.statement(compression), "allreduce", once=True)
 
     @functools.wraps(o["allreduce"])

@@ -16,9 +16,10 @@ def _gather(obj: Any, name: str) -> list:
     return hvd.allgather_object(obj, name=name)
 
 
-def statement(compression: Any, parameters: Optional[Sequence] = None) -> dict:
-    """What this rank will do: its compression and, for an optimizer, a digest of its parameters."""
-    out = {"compression": describe(compression)}
+def statement(compression: Any, parameters: Optional[Sequence] = None, **more: Any) -> dict:
+    """What this rank will do: its compression and, for an optimizer, a digest of its parameters
+    (and `more`, plain JSON values: its buckets)."""
+    out = {"compression": describe(compression), **more}
     if parameters is not None:
         digest = hashlib.sha256(json.dumps([[n, list(p.shape)] for n, p in parameters]).encode()).hexdigest()
         out["parameters"] = f"{len(parameters)} tensors, shapes and names {digest[:12]}"

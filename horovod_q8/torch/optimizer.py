@@ -12,7 +12,6 @@ averages back. The residuals and steps live in this optimizer and in its `state_
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -29,6 +28,9 @@ from horovod_q8.torch.tensors import TensorBuffers, as_array, as_tensor, kernel_
 
 DEFAULT_FUSION_BYTES = 64 * 1024 * 1024
 STATE_KEY = "horovod_q8"
+ZERO_GRAD_RACE = ("optimizer.zero_grad() was called after loss.backward() but before optimizer.step() or "
+                  "optimizer.synchronize(): the gradients being reduced were dropped. Call zero_grad() "
+                  "before the backward pass or after step()")
 _OPTIMIZERS = itertools.count()  # built in the same order on every rank: names their collectives
 
 
@@ -74,6 +76,8 @@ class Reducer:
         self.bucket_of: Dict[torch.nn.Parameter, Bucket] = {}
         self.auto = isinstance(compression, AutoCompressorBase)
         self.chosen: Optional[tuple] = None  # Auto: (its plan, each bucket's compressor under it)
+        self.warmup = int(dict(compression.options).get("warmup_steps", 0)) if self.auto else compression.warmup_steps
+        self.steps_agreed = False  # see agree_steps
         by_group = compression.level_groups if self.auto else bool(compression.format.level_groups)
         for device, members in _by_device(named):
             shapes = [tuple(p.shape) for _, p in members]
@@ -85,10 +89,8 @@ class Reducer:
                 for p in b.params:
                     self.bucket_of[p] = b
         if n > 1:
-            self._check_config(named)
-
-    def _check_config(self, named) -> None:
-        hvd_agreement.agree(hvd_agreement.statement(self.setting, named), "DistributedOptimizer")
+            buckets = policy.plan_statement(fusion_bytes, [b.n for b in self.buckets])
+            hvd_agreement.agree(hvd_agreement.statement(self.setting, named, **buckets), "DistributedOptimizer")
 
     def store(self, device: torch.device) -> TorchResiduals:
         if str(device) not in self.stores:
@@ -129,8 +131,29 @@ class Reducer:
             self.chosen = (self.setting.auto_state.plan, comps)
         return self.chosen[1][b.index]
 
+    def agree_steps(self) -> None:
+        """Where the first steps go uncompressed (warm-up), every rank must count the same steps,
+        or one rank would send a bucket as codes and another as floats, each waiting for the
+        other's collective. Ranks differ after a resume as in Horovod's examples (rank 0 loads
+        the checkpoint, `hvd.broadcast_optimizer_state` does not carry horovod_q8's state): at
+        the first launch after it is built or loaded, this optimizer takes every slot's largest
+        count over the ranks (one allgather; every rank launches a first bucket)."""
+        self.steps_agreed = True
+        if self.warmup <= 0 or self.hvd.size() < 2:
+            return
+        mine = {slot: n for s in self.stores.values() for slot, n in s.steps.items()}
+        device_of = {b.slot: b.params[0].device for b in self.buckets}
+        for theirs in self.hvd.allgather_object(mine, name=f"{self.prefix}.steps"):
+            for slot, n in theirs.items():
+                device = device_of.get(slot.split(".")[0])
+                if device is not None:  # (a slot of a checkpoint of other buckets starts again)
+                    store = self.store(device)
+                    store.steps[slot] = max(store.steps.get(slot, 0), int(n))
+
     def launch(self, b: Bucket) -> None:
         """Round 1 for one bucket: encode and submit, or a plain (named) allreduce."""
+        if not self.steps_agreed:
+            self.agree_steps()
         grads = self._grads(b)
         device = grads[0].device
         store = self.store(device)
@@ -148,12 +171,14 @@ class Reducer:
             return
         t, base = self.transport(device), comp.format.seed
         req = policy.request(comp, b.n, group, b.key)
-        if len(req.piece_sizes()) == 1:
+        sizes = [g.numel() for g in grads]
+        slotted = bucket_parts.slotted_request(req, sizes)
+        if slotted is not None:
             # the gradients as they lie, each in its slot: the encode reads them in place (bucket_parts)
-            slotted = bucket_parts.in_slots(grads, req.fmt, torch.cat)
-            x = bucket_parts.Parts([as_array(a) for a in slotted.arrays], slotted.slots)
-            req = dataclasses.replace(req, n=x.size)
-            b.starts = bucket_parts.member_starts([g.numel() for g in grads], req.fmt)
+            parts = bucket_parts.in_slots(grads, req.fmt, torch.cat)
+            x = bucket_parts.Parts([as_array(a) for a in parts.arrays], parts.slots)
+            req = slotted
+            b.starts = bucket_parts.member_starts(sizes, req.fmt)
         else:
             x = as_array(torch.cat(grads) if len(grads) > 1 else grads[0])
         with kernel_stream(device):
@@ -201,6 +226,8 @@ class Reducer:
                     total = as_tensor(value(pending))  # the engine's last step applied the scale
             starts = b.starts or list(itertools.accumulate([p.numel() for p in b.params[:-1]], initial=0))
             for p, offset in zip(b.params, starts):
+                if p.grad is None:
+                    raise AssertionError(ZERO_GRAD_RACE)
                 g = p.grad if not p.grad.is_sparse else None
                 part = total[offset: offset + p.numel()].view(p.shape)
                 if g is None:
@@ -216,8 +243,19 @@ class Reducer:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        for k, s in state.get("residuals", {}).items():
-            self.store(torch.device(k)).load_state_dict(s)
+        saved = state.get("residuals", {})
+        ours = sorted({str(b.params[0].device) for b in self.buckets})
+        if set(saved) <= set(ours):
+            where = {k: k for k in saved}
+        elif len(saved) == 1 and len(ours) == 1:  # saved on another device (cuda:0 loaded on cuda:1)
+            where = {k: ours[0] for k in saved}
+        else:
+            raise ValueError(f"horovod_q8: this optimizer state was saved for parameters on {sorted(saved)}, "
+                             f"but this optimizer's parameters are on {ours}; load it where the parameters "
+                             "are on the same devices")
+        for k, s in saved.items():
+            self.store(torch.device(where[k])).load_state_dict(s)
+        self.steps_agreed = False
         if self.auto and state.get("auto") is not None:
             self.setting.load_state_dict(state["auto"])
             self.chosen = None
@@ -253,7 +291,10 @@ class _Q8DistributedOptimizer(torch.optim.Optimizer):
         if named_parameters is None:
             named = [(f"param.{i}", p) for i, p in enumerate(all_params)]
         else:
-            named = [(n, p) for n, p in named_parameters]
+            named = list(named_parameters)
+            if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
+                raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually "
+                                 "produced by model.named_parameters()")
             missing = {id(p) for p in all_params} - {id(p) for _, p in named}
             if missing:
                 raise ValueError("named_parameters was given, but one or more of the optimizer's "
@@ -265,6 +306,10 @@ class _Q8DistributedOptimizer(torch.optim.Optimizer):
         if backward_passes_per_step < 1:
             raise ValueError("backward_passes_per_step must be >= 1")
         named = [(n, p) for n, p in named if p.requires_grad]
+        complex_ = [n for n, p in named if p.is_complex()]
+        if complex_:
+            raise TypeError(f"horovod_q8 reduces real floating-point gradients; {complex_[:3]} are complex "
+                            "(Horovod does not support complex tensors either)")
         self.backward_passes_per_step = backward_passes_per_step
         self._q8 = Reducer(named, compression, op, gradient_predivide_factor, fusion_bytes, sparse_as_dense)
         self._passes = {p: 0 for _, p in named}
@@ -286,6 +331,11 @@ class _Q8DistributedOptimizer(torch.optim.Optimizer):
             if self._passes[p] == self.backward_passes_per_step:
                 self._q8.grad_ready(p)
         return hook
+
+    def zero_grad(self, *args, **kwargs):
+        if any(b.launched is not None for b in self._q8.buckets):
+            raise AssertionError(ZERO_GRAD_RACE)
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
 
     def set_backward_passes_per_step(self, passes: int) -> None:
         if passes < 1:
@@ -346,6 +396,12 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
         raise TypeError(f"compression must be a horovod_q8 compressor or Auto, got {compression!r}; "
                         "use hvd.DistributedOptimizer for Horovod's own")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_Q8DistributedOptimizer.__dict__))
+    # Horovod's broadcast_optimizer_state knows its distributed optimizers by this module: for them
+    # it initialises an empty state with the wrapped optimizer's own step, which reduces nothing.
+    # Any other class's step() would run this optimizer's collectives on the ranks whose state is
+    # empty alone (rank 0 loaded a checkpoint), and they would wait for rank 0 forever.
+    import horovod.torch.optimizer as horovod_optimizer
+    cls.__module__ = horovod_optimizer.__name__
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
                hvd.Average if op is None else op, gradient_predivide_factor, fusion_bytes, sparse_as_dense)
 

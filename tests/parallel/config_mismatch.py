@@ -7,6 +7,8 @@ every rank, printed as MISMATCH-DETECTED. "horovod_unwrapped" (rank 1 calls Horo
 directly, as a script without horovod_q8 would): rank 0's watchdog ends the job with a message.
 "auto_vs_q8" (rank 0 uses Auto, rank 1 q8), "auto_override" (rank 1 alone sets HOROVOD_Q8_AUTO=q8),
 "auto_allow" (rank 1 allows q4 too): ConfigMismatchError on every rank, before any calibration.
+"fusion_bytes" (both q8, the fused tape's buckets 64 MiB on rank 0, 1 MiB on rank 1, so their
+buckets differ): ConfigMismatchError on every rank, before any bucket is sent.
 """
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ elif sys.argv[1] == "auto_override":
     if hvd.rank() == 1:
         os.environ["HOROVOD_Q8_AUTO"] = "q8"
     comp = compressor("auto")
+elif sys.argv[1] == "fusion_bytes":
+    comp = compressor("q8")
 elif sys.argv[1] == "auto_allow":
     comp = compressor("auto", allow=("none", "fp16", "q8") if hvd.rank() == 0 else ("none", "fp16", "q8", "q4"))
 else:
@@ -41,6 +45,17 @@ try:
     if sys.argv[1] == "horovod_unwrapped" and hvd.rank() == 1:
         from horovod.tensorflow import mpi_ops
         tf.function(lambda t: mpi_ops._allreduce(t))(x)
+    elif sys.argv[1] == "fusion_bytes":
+        from horovod_q8.tensorflow import DistributedGradientTape
+        ws = [tf.Variable(tf.ones(300_000)), tf.Variable(tf.ones(300_000))]
+
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(ws[0] * ws[1])
+            tape = DistributedGradientTape(tape, compression=comp, fusion_bytes=64 << 20 if hvd.rank() == 0 else 1 << 20)
+            return tape.gradient(loss, ws)
+        step()
     elif sys.argv[1] == "optimizer_none":
         import horovod.tensorflow.keras as hvd_keras
         hvd_keras.DistributedOptimizer(tf.keras.optimizers.SGD(0.1), compression=comp)

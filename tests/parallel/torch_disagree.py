@@ -6,7 +6,8 @@
 horovod.torch cases (rank 0 compresses with q8, rank 1 does not): optimizer_vs_none (rank 1
 hvd.DistributedOptimizer with compressor("none")), allreduce_vs_none (hvd.allreduce with
 compressor("none")), none_vs_optimizer (the other way round), allreduce_unwrapped (rank 1 calls
-Horovod's allreduce directly, as a script without horovod_q8 would). Each rank prints
+Horovod's allreduce directly, as a script without horovod_q8 would), fusion_bytes (both q8, the
+fused optimizer with buckets of 64 MiB on rank 0 and 4 kB on rank 1). Each rank prints
 "DISAGREEMENT rank R: <message>" when it caught ConfigMismatchError; the watchdog ends a rank
 that waits for one that never comes.
 """
@@ -53,7 +54,7 @@ def horovod_case(case: str) -> None:
 
     hvd.init()
     rank = hvd.rank()
-    q8_here = (rank == 0) != (case == "none_vs_optimizer")
+    q8_here = (rank == 0) != (case == "none_vs_optimizer") or case == "fusion_bytes"
     comp = compressor("q8") if q8_here else compressor("none")
     model = torch.nn.Linear(64, 32)
     x = torch.randn(5000)
@@ -63,6 +64,10 @@ def horovod_case(case: str) -> None:
                                            named_parameters=model.named_parameters(), compression=comp)
             model(torch.randn(8, 64)).sum().backward()
             opt.step()
+        elif case == "fusion_bytes":
+            import horovod_q8.torch as q8t
+            q8t.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters(),
+                                     compression=comp, fusion_bytes=64 << 20 if rank == 0 else 4000)
         elif case == "allreduce_vs_none":
             hvd.allreduce(x, name="g", compression=comp)
         elif case == "allreduce_unwrapped":

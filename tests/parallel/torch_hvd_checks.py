@@ -344,9 +344,72 @@ def check_auto_buckets(comp) -> None:
     print(f"auto fused optimizer: buckets chose {names}, each as its compressor ok", flush=True)
 
 
+def check_resume(fmt: str) -> None:
+    """Horovod's resume (its examples): rank 0 alone loads the checkpoint, then
+    hvd.broadcast_optimizer_state and broadcast_parameters. With a warm-up shorter than the
+    steps taken, rank 0's restored step count is past it and the others' is 0: the ranks agree
+    (no hang, every bucket through the same collectives) and end with identical weights. Also:
+    zero_grad() between backward and step() is refused with a sentence, named_parameters must
+    be (name, parameter) pairs, a non-global process_set is refused, and a bucket whose padded
+    slots would make two pieces (pipeline_elements) goes as pieces."""
+    comp = compressor(fmt, min_size=64, warmup_steps=2)
+    _, a, model_a = train(comp, steps=4)
+    saved = a.state_dict() if RANK == 0 else None
+    model = Net()
+    opt = q8t.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                                   named_parameters=model.named_parameters(), compression=comp.fresh())
+    if RANK == 0:
+        model.load_state_dict(model_a.state_dict())
+        opt.load_state_dict(saved)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    for seed in (81, 82):
+        one_step(model, opt, seed)
+    assert same_on_all_ranks(weights(model)), fmt
+    steps = opt.state_dict()[STATE_KEY]["residuals"]["cpu"]["steps"]
+    assert set(steps.values()) == {6}, steps  # 4 restored on every rank, then 2
+    g = torch.Generator().manual_seed(5 + RANK)
+    x, y = torch.randn(16, 1, 8, 8, generator=g), torch.randint(0, 10, (16,), generator=g)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    try:
+        opt.zero_grad()
+    except AssertionError as e:
+        assert "zero_grad() was called after loss.backward()" in str(e), e
+    else:
+        raise AssertionError("zero_grad() between backward and step() was accepted")
+    opt.step()
+    try:
+        q8t.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.parameters(),
+                                 compression=comp.fresh())
+    except ValueError as e:
+        assert "tuples (name, parameter)" in str(e), e
+    else:
+        raise AssertionError("named_parameters=model.parameters() was accepted")
+    for fused in ("0", "1"):  # a process set other than the global one: a sentence, before any collective
+        os.environ["HOROVOD_Q8_FUSED"] = fused
+        for call in (lambda: hvd.allreduce(rank_data((5000,)), compression=comp, process_set=hvd.ProcessSet([0])),
+                     lambda: hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), compression=comp,
+                                                      named_parameters=model.named_parameters(),
+                                                      process_set=hvd.ProcessSet([0]))):
+            try:
+                call()
+            except ValueError as e:
+                assert "process_set" in str(e), e
+            else:
+                raise AssertionError(f"a non-global process_set was accepted (HOROVOD_Q8_FUSED={fused})")
+    params = [torch.nn.Parameter(torch.zeros(n)) for n in (524_289, 520_287, 3000)]
+    piece = compressor(fmt, pipeline_elements=1 << 20)
+    opt = q8t.DistributedOptimizer(torch.optim.SGD(params, lr=0.0), compression=piece,
+                                   named_parameters=[(f"p{i}", p) for i, p in enumerate(params)])
+    grads = [rank_data((p.numel(),), 90 + i) for i, p in enumerate(params)]
+    got = averaged_grads(opt, params, grads)
+    assert same_on_all_ranks(got) and rel_err(got, exact(torch.cat(grads), op=hvd.Average)) < BUDGET[fmt], fmt
+    print(f"{fmt}: resumed from rank 0 with broadcast_optimizer_state, zero_grad refused, pieces ok", flush=True)
+
+
 CHECKS = {"auto": check_auto, "codebook": check_codebook, "threshold": check_threshold, "edges": check_edges,
           "any_order": check_any_order, "optimizer": check_optimizer, "state_dict": check_state_dict,
-          "config_mismatch": check_config_mismatch}
+          "config_mismatch": check_config_mismatch, "resume": check_resume}
 
 
 def main() -> None:
