@@ -95,4 +95,12 @@ def test_policy_decisions_and_bytes():
     assert policy.plan_buckets(shapes, 1 << 20, by_group=True) == [[3], [2], [1], [0]]
     small = [(10,), (5, 5), (6,)]
     assert policy.plan_buckets(small, 1 << 20) == [[2, 1, 0]]
-    assert policy.plan_buckets(small, 1 << 20, by_group=True) == [[2], [1], [0]]
+    assert policy.plan_buckets(small, 1 << 20, by_group=True) == [[2, 0], [1]]
+    # groups that alternate (a convolution, then its batch norm's vectors) fill a bucket each
+    resnet_like = [(3, 3, 8, 8), (8,), (8,)] * 50 + [(512, 10), (10,)]
+    plan = policy.plan_buckets(resnet_like, 1 << 20, by_group=True)
+    assert [len(b) for b in plan] == [101, 1, 50]  # other (biases, norms), dense, conv
+    assert sorted(i for b in plan for i in b) == list(range(len(resnet_like)))
+    assert all(b == sorted(b, reverse=True) for b in plan)  # backprop order inside a bucket
+    sized = policy.plan_buckets(resnet_like, 4 * 3 * 3 * 8 * 8 * 20, by_group=True)  # 20 conv weights a bucket
+    assert [len(b) for b in sized if len(resnet_like[b[0]]) == 4] == [20, 20, 10]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -67,23 +67,23 @@ def request(setting: Setting, n: int, group: str, key: str = "q8") -> engine.Req
 def plan_buckets(shapes: Sequence[tuple], fusion_bytes: int, bytes_per_element: float = 4,
                  by_group: bool = False) -> List[List[int]]:
     """Buckets of tensor indices in backprop order (the last tensor first, as gradients become
-    ready), consecutive tensors up to fusion_bytes (a larger tensor travels alone); with
-    by_group, tensors of different layer groups never share a bucket."""
+    ready), tensors up to fusion_bytes (a larger tensor travels alone), ordered by their first
+    member. With by_group, tensors of different layer groups never share a bucket: each group
+    fills a bucket of its own, so that layers whose groups alternate (a convolution, then its
+    batch norm's vectors) do not cut the model into a bucket per tensor."""
     buckets: List[List[int]] = []
-    current: List[int] = []
-    size, group = 0.0, None
+    open_: Dict[Optional[str], Tuple[List[int], float]] = {}  # by group: its bucket being filled
     for i in reversed(range(len(shapes))):
         nbytes = bytes_per_element * numel(shapes[i])
         g = layer_group(len(shapes[i])) if by_group else None
-        if current and (size + nbytes > fusion_bytes or g != group):
+        current, size = open_.get(g, ([], 0.0))
+        if current and size + nbytes > fusion_bytes:
             buckets.append(current)
             current, size = [], 0.0
         current.append(i)
-        size += nbytes
-        group = g
-    if current:
-        buckets.append(current)
-    return buckets
+        open_[g] = (current, size + nbytes)
+    buckets += [current for current, _ in open_.values() if current]
+    return sorted(buckets, key=lambda members: -members[0])
 
 
 def plan_statement(fusion_bytes: int, bucket_elements: Sequence[int]) -> dict:
