@@ -76,7 +76,10 @@ class Q8HookState:
         through the process group's store, bounded by HOROVOD_Q8_CHECK_TIMEOUT_S)."""
         if self._checked:
             return
-        dist_agreement.agree(self.fingerprint(), self.process_group)
+        mine = dict(self.fingerprint())
+        if self.warmup_steps:  # every rank leaves the warm-up on the same step (a state loaded on one rank only)
+            mine["warmup_steps_left"] = max(self.warmup_steps - self.iter, 0)
+        dist_agreement.agree(mine, self.process_group)
         self._checked = True
 
     def fingerprint(self) -> dict:
@@ -121,6 +124,7 @@ class Q8HookState:
             raise ValueError("horovod_q8: this checkpoint's hook state was saved with another "
                              "compression setting")
         self.iter = int(state["iter"])
+        self._checked = False  # the ranks compare again, steps included
         if self.auto is not None and state.get("auto"):
             self.auto_state.load_state_dict(state["auto"])
         if state.get("residuals") is not None:

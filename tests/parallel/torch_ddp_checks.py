@@ -155,8 +155,20 @@ def check_config_mismatch() -> None:
         average(Q8HookState("q8", block_size=block), rank_data(5000, 1), "mismatch")
     except ConfigMismatchError as e:
         assert "block_size=" in str(e), e
-        return
-    raise AssertionError("different block sizes were not detected")
+    else:
+        raise AssertionError("different block sizes were not detected")
+    # the hook's state loaded on rank 0 alone: past the warm-up there, not on the other ranks
+    state = Q8HookState("q8", warmup_steps=3)
+    if dist.get_rank() == 0:
+        saved = state.state_dict()
+        saved["iter"] = 5
+        state.load_state_dict(saved)
+    try:
+        average(state, rank_data(5000, 2), "resumed")
+    except ConfigMismatchError as e:
+        assert "warmup_steps_left=0 here vs 3 there" in str(e) or "warmup_steps_left=3 here vs 0 there" in str(e), e
+    else:
+        raise AssertionError("ranks on different warm-up steps were not stopped")
 
 
 def check_state_dict() -> None:
