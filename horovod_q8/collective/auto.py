@@ -116,6 +116,11 @@ class Auto:
     def name(self) -> str:
         return "auto"
 
+    @property
+    def warmup_steps(self) -> int:
+        """The first steps its quantized formats send uncompressed (as a fixed setting's)."""
+        return int(dict(self.options).get("warmup_steps", 0))
+
     def fingerprint(self) -> dict:
         """Plain JSON values: what ranks compare to agree on the setting."""
         return {"auto": {"allow": list(self.allow), "min_size": self.min_size,

@@ -49,7 +49,7 @@ class Q8HookState:
             self.auto_state = AutoState(Auto(self.auto.allow, self.auto.min_size, self.auto.options))
             self.settings = settings_of(self.auto)
             self.setting: Optional[Setting] = None
-            self.warmup_steps = int(dict(self.auto.options).get("warmup_steps", 0))
+            self.warmup_steps = self.auto.warmup_steps
         else:
             self.setting = make_setting(compression, **options)
             self.warmup_steps = self.setting.warmup_steps

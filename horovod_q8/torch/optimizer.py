@@ -76,7 +76,7 @@ class Reducer:
         self.bucket_of: Dict[torch.nn.Parameter, Bucket] = {}
         self.auto = isinstance(compression, AutoCompressorBase)
         self.chosen: Optional[tuple] = None  # Auto: (its plan, each bucket's compressor under it)
-        self.warmup = int(dict(compression.options).get("warmup_steps", 0)) if self.auto else compression.warmup_steps
+        self.warmup = compression.warmup_steps  # a fixed setting's, or Auto's quantized formats'
         self.steps_agreed = False  # see agree_steps
         by_group = compression.level_groups if self.auto else bool(compression.format.level_groups)
         for device, members in _by_device(named):
