@@ -27,6 +27,7 @@ from horovod_q8.torch.state import TorchResiduals
 from horovod_q8.torch.tensors import TensorBuffers, as_array, as_tensor, kernel_stream
 
 DEFAULT_FUSION_BYTES = 64 * 1024 * 1024
+PLAIN_DTYPES = (torch.float16, torch.float32, torch.float64)  # Horovod's allreduce sums these as they are
 STATE_KEY = "horovod_q8"
 ZERO_GRAD_RACE = ("optimizer.zero_grad() was called after loss.backward() but before optimizer.step() or "
                   "optimizer.synchronize(): the gradients being reduced were dropped. Call zero_grad() "
@@ -154,21 +155,21 @@ class Reducer:
         """Round 1 for one bucket: encode and submit, or a plain (named) allreduce."""
         if not self.steps_agreed:
             self.agree_steps()
-        grads = self._grads(b)
-        device = grads[0].device
+        device = b.params[0].device
         store = self.store(device)
         comp = self.compressor_of(b)
         b.starts = None
         if not isinstance(comp, Q8Compressor):  # Auto chose Horovod's own none or fp16
-            self._launch_plain(b, grads, comp)
+            self._launch_plain(b, comp)
             return
         slot = f"{b.slot}.{comp.name}" if self.auto else b.slot  # residuals and steps per format
         step = store.step(slot)
         group = b.group(comp)
         decision = policy.decide(comp, True, b.n, self.hvd.size(), group)
         if not decision.compress or step <= comp.warmup_steps:
-            self._launch_plain(b, grads, self.hvd.Compression.none)
+            self._launch_plain(b, self.hvd.Compression.none)
             return
+        grads = self._grads(b, torch.float32)
         t, base = self.transport(device), comp.format.seed
         req = policy.request(comp, b.n, group, b.key)
         sizes = [g.numel() for g in grads]
@@ -185,14 +186,17 @@ class Reducer:
             b.launched = ("q8", engine.compressed_sum(t, req, x, _Slots(store, b.key, slot),
                                                       lambda k: seed_for(base, k, step, t.rank), scale=self.scale))
 
-    def _launch_plain(self, b: Bucket, grads: List[torch.Tensor], comp) -> None:
-        """The bucket's sum through Horovod's allreduce, compressed by Horovod's `comp` (none, fp16)."""
+    def _launch_plain(self, b: Bucket, comp) -> None:
+        """The bucket's sum through Horovod's allreduce, compressed by Horovod's `comp` (none, fp16),
+        in the gradients' own dtype as Horovod's optimizer sums them (a bucket holds one dtype)."""
+        dtype = b.params[0].dtype
+        grads = self._grads(b, dtype if dtype in PLAIN_DTYPES else torch.float32)
         flat = grads[0] if len(grads) == 1 else torch.cat(grads)
         sent, ctx = comp.compress(flat)
         b.launched = ("plain", self.hvd.allreduce_async(sent, op=self.hvd.Sum, name=f"{b.key}.plain"), (comp, ctx))
 
-    def _grads(self, b: Bucket) -> List[torch.Tensor]:
-        """The bucket's gradients as 1-D contiguous float32 tensors (the gradients themselves where they are)."""
+    def _grads(self, b: Bucket, dtype: torch.dtype) -> List[torch.Tensor]:
+        """The bucket's gradients as 1-D contiguous tensors of `dtype` (the gradients themselves where they are)."""
         grads = []
         for p in b.params:
             if p.grad is None:
@@ -202,7 +206,7 @@ class Reducer:
                 if not self.sparse_as_dense:
                     raise TypeError("horovod_q8 compresses dense gradients; pass sparse_as_dense=True")
                 g = g.to_dense()
-            grads.append(g.detach().reshape(-1).float().contiguous())
+            grads.append(g.detach().reshape(-1).to(dtype).contiguous())
         return grads
 
     def finish(self) -> None:
@@ -273,10 +277,12 @@ class _Slots:
 
 
 def _by_device(named) -> List[Tuple[torch.device, list]]:
-    out: Dict[torch.device, list] = {}
+    """The parameters by device and dtype, in order: a bucket holds one of each, so that its
+    plain sum keeps the dtype (float64 gradients summed in float64, as Horovod sums them)."""
+    out: Dict[Tuple[torch.device, torch.dtype], list] = {}
     for name, p in named:
-        out.setdefault(p.device, []).append((name, p))
-    return list(out.items())
+        out.setdefault((p.device, p.dtype), []).append((name, p))
+    return [(device, members) for (device, _), members in out.items()]
 
 
 class _Q8DistributedOptimizer(torch.optim.Optimizer):

@@ -210,6 +210,7 @@ def check_optimizer(fmt: str) -> None:
             raise AssertionError(f"Adasum was accepted (HOROVOD_Q8_FUSED={fused})")
     os.environ["HOROVOD_Q8_FUSED"] = "1"
     check_steps_independent(fmt)
+    check_dtypes(fmt)
     print(f"{fmt}: hvd.DistributedOptimizer fused and per tensor, predivide, identical weights ok", flush=True)
 
 
@@ -253,6 +254,34 @@ def check_steps_independent(fmt: str) -> None:
         assert torch.equal(outs[k], alone), (fmt, k)
         assert same_on_all_ranks(outs[k]), (fmt, k)
         assert rel_err(outs[k], exact(torch.cat([x.reshape(-1) for x in g]), op=hvd.Average)) < BUDGET[fmt]
+
+
+def check_dtypes(fmt: str) -> None:
+    """A model of float64 and float32 parameters: each bucket holds one dtype; a bucket sent
+    plain (under min_size) is summed in its own dtype, as Horovod's average is, and a
+    compressed float64 bucket keeps its dtype within the format's budget."""
+    shapes, dtypes = [(3000,), (50, 40), (7,), (33, 33)], [torch.float64, torch.float32, torch.float64, torch.float32]
+    grads = [rank_data(s, 70 + i, d) for i, (s, d) in enumerate(zip(shapes, dtypes))]
+    for min_size, compressed in ((10 ** 6, False), (64, True)):
+        if compressed and fmt not in BUDGET:
+            continue
+        params = [torch.nn.Parameter(torch.zeros(s, dtype=d)) for s, d in zip(shapes, dtypes)]
+        opt = q8t.DistributedOptimizer(torch.optim.SGD(params, lr=0.0), compression=compressor(fmt, min_size=min_size),
+                                       named_parameters=[(f"p{i}", p) for i, p in enumerate(params)])
+        assert all(len({p.dtype for p in b.params}) == 1 for b in opt._q8.buckets), fmt
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        opt.synchronize()
+        with opt.skip_synchronize():
+            opt.step()
+        for p, g in zip(params, grads):
+            assert p.grad.dtype == g.dtype and same_on_all_ranks(p.grad), (fmt, p.grad.dtype)
+            ref = exact(g, op=hvd.Average)
+            if compressed:
+                assert rel_err(p.grad, ref) < BUDGET[fmt], (fmt, g.dtype, rel_err(p.grad, ref))
+            else:  # the ring adds a bucket's elements in another order than a tensor's alone at 3 ranks
+                tol = 1e-13 if g.dtype == torch.float64 else 1e-6  # a float32 sum of float64: ~1e-8
+                assert rel_err(p.grad, ref) < tol, (fmt, g.dtype, rel_err(p.grad, ref))
 
 
 def check_state_dict(fmt: str) -> None:
@@ -409,7 +438,7 @@ def check_resume(fmt: str) -> None:
 
 CHECKS = {"auto": check_auto, "codebook": check_codebook, "threshold": check_threshold, "edges": check_edges,
           "any_order": check_any_order, "optimizer": check_optimizer, "state_dict": check_state_dict,
-          "config_mismatch": check_config_mismatch, "resume": check_resume}
+          "config_mismatch": check_config_mismatch, "resume": check_resume, "dtypes": check_dtypes}
 
 
 def main() -> None:
