@@ -6,9 +6,11 @@ float32 copy, and what that leaves for the search and the lookups under a target
     python scripts/codec_floor.py [--kernels avx2,numba] [--elements 25600000] [--rounds 9]
 
 AVX2 rows build variants of kernels/codec_avx2.c (text substitutions of this tree's source,
-built as the product builds it, on any x86-64 CPU with AVX2); one of them is an exact
-alternative search (the segment from 7 compares, then the AVX-512 kernel's affine estimate),
-and `same codes` says which rows give the shipped kernel's bytes. Numba rows run this tree's
+built as the product builds it, on any x86-64 CPU with AVX2 and FMA); three of them are exact
+alternatives (a search: the segment from 7 compares, then the AVX-512 kernel's affine estimate;
+two decodes: one fma per value with a correction held in a register, and a table of pairs of
+values, one load per two codes), and `same bytes as shipped` says which rows give the
+shipped kernel's bytes. Numba rows run this tree's
 Numba kernels (`HOROVOD_Q8_NATIVE=0`, one thread) beside Numba loops without the search or the
 lookups. Rounds interleave the rows; the minimum is kept.
 """
@@ -89,17 +91,105 @@ def _segment_search() -> str:
 """
 
 
+def _arithmetic_constants() -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(A, C, W) of the arithmetic decode: q8's positive value m (1..127) in decade d = floor(log2 m)
+    is fma(A, m - 2**d, C) (C the decade's first value, A the slope with the fewest misses), plus
+    a correction of -1, 0 or +1 in its bits, two bits per m in the 8 words W; A and C are indexed
+    as the kernel indexes them, by the low 3 bits of float(m)'s biased exponent."""
+    p = native.decode_values(spec.get("q8"))[127:255].astype(np.float32)
+    a, c, corr = np.zeros(8, np.float32), np.zeros(8, np.float32), np.zeros(128, np.int64)
+    for d in range(7):
+        lo, hi, i = 2 ** d, 2 ** (d + 1), (127 + d) & 7
+        c[i], k = p[lo], np.arange(2 ** d, dtype=np.float64)
+        guess = np.float32((np.float64(p[hi - 1]) - p[lo]) / max(hi - 1 - lo, 1))
+        best = None
+        for slope in (guess.view(np.int32) + np.arange(-64, 65, dtype=np.int32)).view(np.float32):
+            y = (np.float64(slope) * k + np.float64(c[i])).astype(np.float32)  # one rounding: the fma's
+            miss = p[lo:hi].view(np.int32).astype(np.int64) - y.view(np.int32)
+            if best is None or (abs(miss).max(), abs(miss).sum()) < best[0]:
+                best = ((abs(miss).max(), abs(miss).sum()), slope, miss)
+        if best[0][0] > 1:
+            raise SystemExit(f"codec_floor: decade {d} of q8 misses by {best[0][0]} ulps; the decode needs more bits")
+        a[i], corr[lo:hi] = best[1], best[2]
+    w = np.zeros(8, np.int64)
+    for m in range(128):
+        w[m >> 4] |= (int(corr[m]) & 3) << (2 * (m & 15))
+    return a, c, w.astype(np.uint32).view(np.int32)
+
+
+def _arithmetic_decode() -> str:
+    """values8_8's body without a lookup: code -> m = |code - 127| -> fma(A[d], k, C[d]), its bits
+    corrected from a register, times the sign (0 for code 127); q8's table only."""
+    a, c, w = _arithmetic_constants()
+    f32 = lambda v: ", ".join(f"{float(x)!r}f" for x in v)  # noqa: E731
+    return f"""
+    (void)table;
+    const __m256 A = _mm256_setr_ps({f32(a)}), C = _mm256_setr_ps({f32(c)});
+    const __m256i W = _mm256_setr_epi32({", ".join(str(int(x)) for x in w)});
+    __m256i s = _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)c)), _mm256_set1_epi32(127));
+    __m256i m = _mm256_min_epi32(_mm256_abs_epi32(s), _mm256_set1_epi32(127));
+    __m256 mf = _mm256_cvtepi32_ps(m);
+    __m256 k = _mm256_sub_ps(mf, _mm256_and_ps(mf, _mm256_castsi256_ps(_mm256_set1_epi32((int)0xFF800000u))));
+    __m256i d = _mm256_srli_epi32(_mm256_castps_si256(mf), 23);
+    __m256 y = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(A, d), k, _mm256_permutevar8x32_ps(C, d));
+    __m256i sh = _mm256_sub_epi32(_mm256_set1_epi32(30), _mm256_slli_epi32(_mm256_and_si256(m, _mm256_set1_epi32(15)), 1));
+    __m256i fix = _mm256_srai_epi32(_mm256_sllv_epi32(_mm256_permutevar8x32_epi32(W, _mm256_srli_epi32(m, 4)), sh), 30);
+    y = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(y), fix));
+    return _mm256_mul_ps(y, _mm256_cvtepi32_ps(_mm256_sign_epi32(_mm256_set1_epi32(1), s)));
+}}
+"""
+
+
+PAIR_LOOKUP = """
+    const double *pairs = (const double *)table;  // entry c0 | c1 << 8: (table[c0], table[c1])
+    uint64_t w;
+    memcpy(&w, c, 8);
+    __m128d a = _mm_loadh_pd(_mm_load_sd(pairs + (w & 0xFFFF)), pairs + ((w >> 16) & 0xFFFF));
+    __m128d h = _mm_loadh_pd(_mm_load_sd(pairs + ((w >> 32) & 0xFFFF)), pairs + (w >> 48));
+    return _mm256_castpd_ps(_mm256_insertf128_pd(_mm256_castpd128_pd256(a), h, 1));
+}
+"""
+
+
+def pair_table(table: np.ndarray) -> np.ndarray:
+    """The pair variant's table: 65,536 entries of two floats (512 KB)."""
+    pairs = np.empty((256, 256, 2), np.float32)
+    pairs[:, :, 0], pairs[:, :, 1] = table[None, :], table[:, None]
+    return pairs.reshape(-1)
+
+
 def avx2_variants() -> Dict[str, str]:
     """Sources of the AVX2 rows by label."""
     s = SOURCE.read_text()
     no_search = "    (void)cells; (void)lo_bits; (void)twice_center;\n    return _mm256_srli_epi32(b, 24);\n}\n"
     no_lookup = "    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)c)));\n}\n"
-    return {
+    fma = s.replace('#define AVX2 __attribute__((target("avx2")))', '#define AVX2 __attribute__((target("avx2,fma")))')
+    pairs = _replace_body(s, VALUES8_BODY, VALUES8_END, PAIR_LOOKUP)
+    scalar = "    if (bits == 8) return table[c[i]];\n"
+    if pairs.count(scalar) != 1:
+        raise SystemExit(f"codec_floor: value_one's 8-bit lookup is not in {SOURCE} exactly once; update this script")
+    out = {
         "shipped": s,
         "no search": _replace_body(s, CODES8_BODY, CODES8_END, no_search),
         "segment search (7 compares, exact)": _replace_body(s, CODES8_BODY, CODES8_END, _segment_search()),
         "no table lookups": _replace_body(s, VALUES8_BODY, VALUES8_END, no_lookup),
+        "arithmetic decode (exact)": _replace_body(fma, VALUES8_BODY, VALUES8_END, _arithmetic_decode()),
+        "pair table (two floats a load, exact)": pairs.replace(scalar, "    if (bits == 8) return table[514 * c[i]];\n"),
     }
+    if not _has_fma():
+        del out["arithmetic decode (exact)"]
+    return out
+
+
+def _has_fma() -> bool:
+    """Whether this CPU runs fused multiply-adds (every AVX2 CPU this project meets does)."""
+    try:
+        return " fma " in Path("/proc/cpuinfo").read_text().replace("\n", " ") + " "
+    except OSError:
+        return False
+
+
+DECODE_ONLY = ("no table lookups", "arithmetic decode (exact)", "pair table (two floats a load, exact)")
 
 
 @njit(cache=False)
@@ -139,16 +229,17 @@ def avx2_rows(x: np.ndarray, block: int, aligned) -> List[Tuple[str, str, Callab
     rows = []
     for k, (label, src) in enumerate(avx2_variants().items()):
         lib = native.load_variant(f"codec_avx2_floor{k}.c", src, "avx2")
-        if label != "no table lookups":
+        if label not in DECODE_ONLY:
             sb, c = np.empty(nb, np.uint32), aligned(n, np.uint8)
             run = (lambda lib=lib, sb=sb, c=c: lib.hq8_avx2_encode8(x.ctypes.data, n, block, sb.ctypes.data,
                                                                      c.ctypes.data, ctypes.byref(T)))
             rows.append((label, "encode", run, lambda sb=sb, c=c: sb.tobytes() + c.tobytes()))
-        if label in ("shipped", "no table lookups"):
+        if label == "shipped" or label in DECODE_ONLY:
             o = aligned(n, np.float32)
             cp, sp = (ctypes.c_void_p * 1)(codes.ctypes.data), (ctypes.c_void_p * 1)(scales.ctypes.data)
-            run = (lambda lib=lib, o=o, cp=cp, sp=sp, buf=buf: lib.hq8_avx2_sum(  # buf: alive while cp, sp
-                8, cp, sp, 1, n, block, table.ctypes.data, o.ctypes.data, 0, 1.0, n))  # point into it
+            t = pair_table(table) if label.startswith("pair") else table
+            run = (lambda lib=lib, o=o, cp=cp, sp=sp, buf=buf, t=t: lib.hq8_avx2_sum(  # buf: alive while cp, sp
+                8, cp, sp, 1, n, block, t.ctypes.data, o.ctypes.data, 0, 1.0, n))  # point into it
             rows.append((label, "decode", run, lambda o=o: o.tobytes()))
     return rows
 
@@ -215,6 +306,11 @@ def main() -> None:
         print(f"{f}: target {TARGETS[f]}x a copy = {budget:.2f} ms for encode + decode; without the search and "
               f"the lookups {floor:.2f} ms ({floor / copy:.2f}x), leaving {room:.2f} ms for both; the shipped "
               f"kernels spend {spent:.2f} ms on them ({share}), {total:.2f} ms in all ({total / copy:.2f}x)")
+        decodes = [label for label, op, _, _ in rows[f] if op == "decode" and label != "no table lookups"]
+        exact = min(decodes, key=lambda label: ms(label, "decode"))
+        free = ms("no search", "encode") + ms(exact, "decode")
+        print(f"{f}: with a search that cost nothing and the fastest exact decode ({exact}, "
+              f"{ms(exact, 'decode'):.2f} ms): {free:.2f} ms, {free / copy:.2f}x a copy")
 
 
 if __name__ == "__main__":
