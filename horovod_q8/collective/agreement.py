@@ -119,12 +119,22 @@ class Agreements:
 
     def agree(self, gather: Callable[[Any, str], Sequence[Any]], rank: int, mine: Any, label: str) -> None:
         """gather(obj, name) -> every rank's obj (an allgather_object); mismatch raises everywhere."""
-        with self._lock:
-            k = self._count[label] = self._count.get(label, 0) + 1
-        name = f"horovod_q8.agree.{label}.{k}"
+        name = self.name(label)
         with watchdog(timeout_s(), rank, f"the collective {name!r}"):
             everyone = gather(mine, name)
         check_same(mine, everyone, rank)
+
+    def name(self, label: str) -> str:
+        """The next collective's name at `label`: the same on every rank that states in the same order."""
+        with self._lock:
+            k = self._count[label] = self._count.get(label, 0) + 1
+        return f"horovod_q8.agree.{label}.{k}"
+
+    def reset(self) -> None:
+        """Forget every statement made (a new generation of ranks states them again, numbered from 1)."""
+        with self._lock:
+            self._count.clear()
+            self._seen.clear()
 
     def once(self, gather: Callable[[Any, str], Sequence[Any]], rank: int, mine: Any, label: str) -> None:
         """`agree`, the first time this rank states `mine` at `label` (later uses are free)."""

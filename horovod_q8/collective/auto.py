@@ -636,6 +636,13 @@ def choices_by_link(rates: Sequence[Tuple[str, ...]], allow: Sequence[str] = DEF
 _STATES: Dict[Auto, AutoState] = {}
 
 
+def recalibrate_all() -> None:
+    """Every Auto setting of this process measures again at its next use (the ranks changed:
+    call it on every rank at the same point)."""
+    for state in _STATES.values():
+        state.recalibrate()
+
+
 def make_auto(allow: Sequence[str] = DEFAULT_ALLOW, min_size: int = 1024, **options) -> Auto:
     """An Auto setting; options are those of the quantized formats it may choose, each passed to
     the formats it applies to, and refused when it applies to none of them."""

@@ -7,7 +7,6 @@ with the collectives that path really uses (Horovod's, or the process group's).
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 from dataclasses import dataclass
 from typing import Any, Dict, Sequence
@@ -16,12 +15,13 @@ import numpy as np
 import torch
 
 from horovod_q8.collective.auto import (DEFAULT_ALLOW, Auto, AutoCompressorBase, AutoPlan, Probe, make_auto,
-                                        probe_values)
-from horovod_q8.torch import hvd_agreement
+                                        probe_values, recalibrate_all)
+from horovod_q8.torch import generation, hvd_agreement
 from horovod_q8.torch.common import make_setting
 
 _LOG = logging.getLogger("horovod_q8")
-_PROBES = itertools.count(1)
+_PROBES = generation.Numbering()
+generation.on_new(recalibrate_all)  # a calibration measured the old ranks; every rank measures again
 
 
 def settings_of(auto: Auto) -> Dict[str, Any]:
@@ -59,7 +59,7 @@ def horovod_probe(compressors: Dict[str, Any]) -> Probe:
     its own."""
     import horovod.torch as hvd
 
-    k = next(_PROBES)
+    k = _PROBES()
     compressors = {a: c if c is None else dataclasses.replace(c, warmup_steps=0, state=None)
                    for a, c in compressors.items()}
 

@@ -12,7 +12,6 @@ call order, which every rank must then share (as Horovod's own unnamed allreduce
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
@@ -22,17 +21,24 @@ import torch
 from horovod_q8 import formats
 from horovod_q8.collective import engine, policy
 from horovod_q8.collective.setting import Setting
-from horovod_q8.torch import hvd_agreement
+from horovod_q8.torch import generation, hvd_agreement
 from horovod_q8.torch.common import ConfigMismatchError, group_of, seed_for
 from horovod_q8.torch.names import next_name
 from horovod_q8.torch.state import TorchResiduals
 from horovod_q8.torch.tensors import as_array, as_tensor, kernel_stream
 
 _LOG = logging.getLogger("horovod_q8")
-_UNNAMED = itertools.count(1)
+_UNNAMED = generation.Numbering()
 _TRANSPORT: Dict[str, Any] = {}
 
 __all__ = ["ConfigMismatchError", "Q8Compressor", "compressor", "factor_from_control"]
+
+
+def _drop_transport() -> None:
+    _TRANSPORT.clear()  # it holds the rank and the rank count, and collectives of the old generation
+
+
+generation.on_new(_drop_transport)
 
 
 def transport():
@@ -48,12 +54,26 @@ class PerTensorState:
 
     def __init__(self) -> None:
         self.stores: Dict[str, TorchResiduals] = {}
+        self.steps_generation: Optional[int] = None  # the generation whose ranks agreed on the steps
 
     def store(self, device: torch.device) -> TorchResiduals:
         key = str(device)
         if key not in self.stores:
             self.stores[key] = TorchResiduals(device)
         return self.stores[key]
+
+    def agree_steps(self, device: torch.device) -> None:
+        """Under elastic Horovod, at the first compress of each generation: every key's largest
+        step count over the ranks, so that a rank that joined ends its warm-up with the others."""
+        if self.steps_generation == generation.current():
+            return
+        self.steps_generation = generation.current()
+        mine = {k: n for s in self.stores.values() for k, n in s.steps.items()}
+        agreed = hvd_agreement.largest_steps(mine, "steps")
+        for s in self.stores.values():
+            s.steps.update({k: agreed[k] for k in s.steps})
+        store = self.store(device)  # a key this rank has not met: on the device of this first call
+        store.steps.update({k: n for k, n in agreed.items() if k not in mine})
 
     def state_dict(self) -> dict:
         return {k: s.state_dict() for k, s in self.stores.items()}
@@ -90,12 +110,14 @@ class Q8Compressor(Setting):
         size = hvd.size()
         if size > 1:
             check_same_config(self)
+            if self.warmup_steps > 0 and generation.elastic():
+                self.state.agree_steps(tensor.device)
         name = next_name()
         decision = policy.decide(self, tensor.dtype.is_floating_point, tensor.numel(), size, group_of(tensor))
         if not decision.compress:
             return tensor, None
         if name is None:  # no residuals: nothing ties this call to the next one of the same tensor
-            store, step = None, next(_UNNAMED)
+            store, step = None, _UNNAMED()
             key = f"q8.{self.name}.noname.{step}"
         else:
             store, key = self.state.store(tensor.device), f"q8.{self.name}.{name}"

@@ -6,7 +6,8 @@ version we know (0.28, same signatures), `install()`:
 - makes `hvd.DistributedOptimizer(opt, compression=<horovod_q8>)` horovod_q8's fused optimizer
   (`optimizer.DistributedOptimizer`: buckets, owned state); HOROVOD_Q8_FUSED=0 keeps Horovod's;
 - names each tensor for compress() in Horovod's optimizer (its parameter name) and in
-  `hvd.allreduce(t, name=...)` / `hvd.grouped_allreduce(ts, name=...)`.
+  `hvd.allreduce(t, name=...)` / `hvd.grouped_allreduce(ts, name=...)`;
+- starts a new `generation` at each re-initialisation of `hvd.elastic.run` (its reset's init).
 Where Horovod differs nothing is patched and a warning says so: unnamed compress() calls are
 then numbered in call order, which is right for `hvd.allreduce` called in the same order on
 every rank, not for Horovod's optimizer; use horovod_q8.torch.DistributedOptimizer there.
@@ -19,7 +20,7 @@ import logging
 import os
 from typing import Callable, Dict, Optional
 
-from horovod_q8.torch import hvd_agreement
+from horovod_q8.torch import generation, hvd_agreement
 from horovod_q8.torch.names import with_names
 
 _LOG = logging.getLogger("horovod_q8")
@@ -36,14 +37,18 @@ KNOWN = {
                   "process_set"),
     "grouped_allreduce": ("tensors", "average", "name", "compression", "op", "prescale_factor",
                           "postscale_factor", "process_set"),
+    "elastic.init": ("args", "kwargs"),
 }
 
 
 def _targets() -> Dict[str, Callable]:
     import horovod.torch as hvd
+    from horovod.torch import elastic as helastic
     from horovod.torch import optimizer as hopt
 
-    return {"DistributedOptimizer": hvd.DistributedOptimizer,
+    if helastic._reset.__code__.co_names != ("shutdown", "init"):
+        raise AttributeError("hvd.elastic.run's reset is not shutdown(); init()")
+    return {"elastic.init": helastic.init,"DistributedOptimizer": hvd.DistributedOptimizer,
             "_DistributedOptimizer._allreduce_grad_async": hopt._DistributedOptimizer._allreduce_grad_async,
             "_DistributedOptimizer._grouped_allreduce_grad_async":
                 hopt._DistributedOptimizer._grouped_allreduce_grad_async,
@@ -93,6 +98,7 @@ def install() -> bool:
                      "use horovod_q8.torch.DistributedOptimizer", problem)
         return False
     import horovod.torch as hvd
+    from horovod.torch import elastic as helastic
     from horovod.torch import mpi_ops
     from horovod.torch import optimizer as hopt
 
@@ -112,8 +118,8 @@ def install() -> bool:
         refuse_process_set(compression, process_set)
         named = _named(optimizer, named_parameters)  # a generator is read once: pass the list on
         named_parameters = None if named_parameters is None else named
-        if hvd_agreement.is_global(process_set):  # every rank, whatever it compresses, says so
-            hvd_agreement.agree(hvd_agreement.statement(compression, named), "DistributedOptimizer")
+        if hvd_agreement.is_global(process_set) and not generation.elastic():  # every rank, whatever
+            hvd_agreement.agree(hvd_agreement.statement(compression, named), "DistributedOptimizer")  # it compresses
         return o["DistributedOptimizer"](optimizer, named_parameters, compression, *args, **kwargs)
 
     def allreduce_grad_async(self, p):
@@ -146,7 +152,13 @@ def install() -> bool:
         names = [None if name is None else f"{name}.{i}" for i in range(len(tensors))]
         return with_names(names, o["grouped_allreduce"], tensors, average, name, compression, *args, **kwargs)
 
+    @functools.wraps(o["elastic.init"])
+    def init_new_generation(*args, **kwargs):
+        o["elastic.init"](*args, **kwargs)
+        generation.advance()
+
     hvd.DistributedOptimizer = hopt.DistributedOptimizer = distributed_optimizer
+    helastic.init = init_new_generation  # what hvd.elastic.run's reset calls after shutdown()
     hopt._DistributedOptimizer._allreduce_grad_async = allreduce_grad_async
     hopt._DistributedOptimizer._grouped_allreduce_grad_async = grouped_allreduce_grad_async
     hvd.allreduce = mpi_ops.allreduce = allreduce

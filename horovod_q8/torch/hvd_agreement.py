@@ -1,14 +1,17 @@
 """horovod.torch ranks agree on their compression (`collective.agreement` over Horovod's
-allgather_object): at each optimizer built, at the first allreduce with each compression."""
+allgather_object): at each optimizer built (under elastic Horovod: at its first step of each
+generation), at the first allreduce with each compression (again in each generation)."""
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from horovod_q8.collective.agreement import Agreements, describe
+from horovod_q8.torch import generation
 
 AGREEMENTS = Agreements()
+generation.on_new(AGREEMENTS.reset)
 
 
 def _gather(obj: Any, name: str) -> list:
@@ -39,3 +42,13 @@ def agree(mine: dict, label: str, once: bool = False) -> None:
 def is_global(process_set: Any) -> bool:
     import horovod.torch as hvd
     return process_set is None or process_set is hvd.global_process_set
+
+
+def largest_steps(mine: Dict[str, int], label: str) -> Dict[str, int]:
+    """Every key's largest step count over the ranks (one allgather; every rank calls it at the
+    same point), so that a warm-up ends on the same step everywhere."""
+    out: Dict[str, int] = {}
+    for theirs in _gather(mine, AGREEMENTS.name(label)):
+        for key, n in theirs.items():
+            out[key] = max(out.get(key, 0), int(n))
+    return out

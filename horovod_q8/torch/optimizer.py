@@ -20,7 +20,7 @@ import torch
 
 from horovod_q8.collective import bucket_parts, engine, policy
 from horovod_q8.collective.auto import AutoCompressorBase
-from horovod_q8.torch import hvd_agreement
+from horovod_q8.torch import generation, hvd_agreement
 from horovod_q8.torch.common import seed_for
 from horovod_q8.torch.compressor import Q8Compressor
 from horovod_q8.torch.state import TorchResiduals
@@ -69,8 +69,9 @@ class Reducer:
             raise ValueError(f"gradient_predivide_factor must be > 0, got {gradient_predivide_factor}")
         self.hvd, self.setting, self.sparse_as_dense = hvd, compression, sparse_as_dense
         self.prefix = f"q8.opt{next(_OPTIMIZERS)}"
-        n = hvd.size()
-        self.scale = 1.0 / n if op == hvd.Average else 1.0  # predivide's pre * post is 1
+        self.average = op == hvd.Average
+        self.scale = 1.0 / hvd.size() if self.average else 1.0  # predivide's pre * post is 1
+        self.fusion_bytes, self.named = fusion_bytes, list(named)
         self.stores: Dict[str, TorchResiduals] = {}
         self.transports: Dict[str, object] = {}  # HorovodTorchTransport by device
         self.buckets: List[Bucket] = []
@@ -80,7 +81,7 @@ class Reducer:
         self.warmup = compression.warmup_steps  # a fixed setting's, or Auto's quantized formats'
         self.steps_agreed = False  # see agree_steps
         by_group = compression.level_groups if self.auto else bool(compression.format.level_groups)
-        for device, members in _by_device(named):
+        for device, members in _by_device(self.named):
             shapes = [tuple(p.shape) for _, p in members]
             plan = policy.plan_buckets(shapes, fusion_bytes, 4, by_group)
             for idx in plan:
@@ -89,9 +90,28 @@ class Reducer:
                 self.buckets.append(b)
                 for p in b.params:
                     self.bucket_of[p] = b
-        if n > 1:
-            buckets = policy.plan_statement(fusion_bytes, [b.n for b in self.buckets])
-            hvd_agreement.agree(hvd_agreement.statement(self.setting, named, **buckets), "DistributedOptimizer")
+        self.plan_generation: Optional[int] = None  # the generation whose ranks agreed on the buckets
+        if not generation.elastic():  # elastic: a joining rank builds while the others synchronise
+            self.agree_plan()
+        generation.on_new(self.new_generation)
+
+    def agree_plan(self) -> None:
+        """Every rank's compression, parameters and buckets must be the same (ConfigMismatchError)."""
+        self.plan_generation = generation.current()
+        if self.hvd.size() > 1:
+            buckets = policy.plan_statement(self.fusion_bytes, [b.n for b in self.buckets])
+            hvd_agreement.agree(hvd_agreement.statement(self.setting, self.named, **buckets), "DistributedOptimizer")
+
+    def new_generation(self) -> None:
+        """Elastic Horovod re-initialised (ranks came or went): the rank count's factor, the
+        transports, the buckets in flight and Auto's choice belong to the old ranks; the plan and
+        the step counts are agreed again at this generation's first launch."""
+        self.scale = 1.0 / self.hvd.size() if self.average else 1.0
+        self.transports.clear()
+        for b in self.buckets:
+            b.launched, b.ready, b.starts = None, 0, None
+        self.steps_agreed = False
+        self.chosen = None  # Auto measures again (torch.auto)
 
     def store(self, device: torch.device) -> TorchResiduals:
         if str(device) not in self.stores:
@@ -153,6 +173,8 @@ class Reducer:
 
     def launch(self, b: Bucket) -> None:
         """Round 1 for one bucket: encode and submit, or a plain (named) allreduce."""
+        if self.plan_generation != generation.current():
+            self.agree_plan()
         if not self.steps_agreed:
             self.agree_steps()
         device = b.params[0].device
