@@ -62,6 +62,14 @@ def test_resume_as_horovods_examples(n):
     assert "q8: resumed from rank 0 with broadcast_optimizer_state, zero_grad refused, pieces ok" in out
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_two_optimizers_over_one_backward(n):
+    """Each rank skips another layer each step: the buckets hooks start differ by rank; each
+    optimizer's step sends its own second round only (at 3 ranks this hung before)."""
+    out = run(n, "q8,q4_threshold", "two_optimizers", timeout=300)
+    assert "q4_threshold: two fused optimizers over one backward, unused parameters by rank ok" in out
+
+
 @pytest.mark.parametrize("allow", ["none+fp16+q8+q4", "q8"])
 def test_auto_per_tensor_and_optimizer(allow):
     """Also with none not allowed: calibration still times the link as none."""

@@ -108,8 +108,13 @@ class HorovodTorchTransport(ArrayTransport):
 
     def flush(self) -> None:
         """Submit every pending allgather (round 2); call before waiting on any result."""
-        pending = list(self.pending)
-        self.pending.clear()  # in place: the list may be shared
-        for g in pending:
-            g.submit()
+        flush_pending(self.pending)
+
+
+def flush_pending(pending: List["_Gather"]) -> None:
+    """Submit these pending allgathers, emptying the list (in place: transports may share it)."""
+    gathers = list(pending)
+    pending.clear()
+    for g in gathers:
+        g.submit()
 

@@ -74,6 +74,9 @@ class Reducer:
         self.fusion_bytes, self.named = fusion_bytes, list(named)
         self.stores: Dict[str, TorchResiduals] = {}
         self.transports: Dict[str, object] = {}  # HorovodTorchTransport by device
+        # this optimizer's round-2 allgathers, submitted by its own finish() only: another
+        # optimizer's may wait on alltoalls that other ranks start only in that one's step
+        self.pending: list = []
         self.buckets: List[Bucket] = []
         self.bucket_of: Dict[torch.nn.Parameter, Bucket] = {}
         self.auto = isinstance(compression, AutoCompressorBase)
@@ -108,6 +111,7 @@ class Reducer:
         the step counts are agreed again at this generation's first launch."""
         self.scale = 1.0 / self.hvd.size() if self.average else 1.0
         self.transports.clear()
+        self.pending.clear()
         for b in self.buckets:
             b.launched, b.ready, b.starts = None, 0, None
         self.steps_agreed = False
@@ -120,13 +124,12 @@ class Reducer:
 
     def transport(self, device: torch.device):
         """This optimizer's transport for one device: persistent buffers (`finish` copies every
-        result out before the next step), its pending allgathers shared with horovod_q8's
-        `hvd.allreduce` path (imported here: horovod_q8.torch loads without Horovod)."""
-        from horovod_q8.torch.compressor import transport as shared_transport
+        result out before the next step), its pending allgathers in `self.pending` (imported
+        here: horovod_q8.torch loads without Horovod)."""
         from horovod_q8.torch.hvd_transport import HorovodTorchTransport
 
         if str(device) not in self.transports:
-            self.transports[str(device)] = HorovodTorchTransport(TensorBuffers(device), shared_transport().pending)
+            self.transports[str(device)] = HorovodTorchTransport(TensorBuffers(device), self.pending)
         return self.transports[str(device)]
 
     def grad_ready(self, p: torch.nn.Parameter) -> None:
@@ -233,13 +236,12 @@ class Reducer:
 
     def finish(self) -> None:
         """Launch what no hook launched (bucket order), round 2, and write the averages back."""
-        from horovod_q8.torch.compressor import transport as shared_transport
-        from horovod_q8.torch.hvd_transport import value
+        from horovod_q8.torch.hvd_transport import flush_pending, value
 
         for b in self.buckets:
             if b.launched is None:
                 self.launch(b)
-        shared_transport().flush()
+        flush_pending(self.pending)
         for b in self.buckets:
             kind, pending = b.launched[:2]
             if kind == "plain":

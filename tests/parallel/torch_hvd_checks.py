@@ -284,6 +284,37 @@ def check_dtypes(fmt: str) -> None:
                 assert rel_err(p.grad, ref) < tol, (fmt, g.dtype, rel_err(p.grad, ref))
 
 
+def check_two_optimizers(fmt: str) -> None:
+    """Two fused optimizers over one backward, each rank skipping another layer each step (its
+    gradients stay None): the buckets its hooks start differ by rank, and each optimizer's
+    step() sends only its own second round (at 3 ranks the first optimizer's used to wait on
+    the second's alltoalls, which other ranks start only in its own step: a hang)."""
+    torch.manual_seed(0)
+    nets = [torch.nn.ModuleList([torch.nn.Linear(30, 30) for _ in range(4)]) for _ in range(2)]
+    opts = [q8t.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1), compression=compressor(fmt, min_size=64),
+                                     fusion_bytes=4 * 1000, named_parameters=[(f"n{k}.{n}", p) for n, p in net.named_parameters()])
+            for k, net in enumerate(nets)]
+    assert all(len(o._q8.buckets) >= 4 for o in opts)  # one per layer at least (q4_threshold: per group)
+    g = torch.Generator().manual_seed(200 + RANK)
+    for step in range(3):
+        x = torch.randn(8, 30, generator=g)
+        for o in opts:
+            o.zero_grad()
+        loss = torch.zeros(())
+        for net in nets:
+            h = x
+            for i, layer in enumerate(net):
+                if i != (RANK + step) % len(net):
+                    h = torch.relu(layer(h))
+            loss = loss + h.pow(2).mean()
+        loss.backward()
+        for o in opts:
+            o.step()
+    for net in nets:
+        assert same_on_all_ranks(torch.cat([p.detach().reshape(-1) for p in net.parameters()])), fmt
+    print(f"{fmt}: two fused optimizers over one backward, unused parameters by rank ok", flush=True)
+
+
 def check_state_dict(fmt: str) -> None:
     """The fused optimizer's residuals and steps travel in its state_dict: an optimizer restored
     from it takes the next step exactly as the uninterrupted one, one without them does not."""
@@ -438,7 +469,8 @@ def check_resume(fmt: str) -> None:
 
 CHECKS = {"auto": check_auto, "codebook": check_codebook, "threshold": check_threshold, "edges": check_edges,
           "any_order": check_any_order, "optimizer": check_optimizer, "state_dict": check_state_dict,
-          "config_mismatch": check_config_mismatch, "resume": check_resume, "dtypes": check_dtypes}
+          "config_mismatch": check_config_mismatch, "resume": check_resume, "dtypes": check_dtypes,
+          "two_optimizers": check_two_optimizers}
 
 
 def main() -> None:
