@@ -105,15 +105,19 @@ class FusedReducer(tf.Module):
                 if not isinstance(comp, Q8Compressor):
                     own.append((b, idx, comp))
                     continue
-                members_flat = [C.as_flat_float32(grads[i]) for i in idx]
                 group = policy.bucket_group(comp, shapes, members)
                 decision = policy.decide(comp, True, n, n_ranks, group)
-                if not decision.compress:
-                    total = hvd.allreduce(tf.concat(members_flat, axis=0), op=hvd.Sum, name=f"{name}.small{b}") * scale
-                    sums = tf.split(total, [policy.numel(grads[i].shape) for i in idx])
-                else:
-                    key = f"q8.{name}.{comp.name}.bucket{b}" if auto else f"q8.{name}.bucket{b}"
-                    sums = self._compressed_bucket(comp, members_flat, group, key, scale, order)
+                if not decision.compress:  # Horovod's own sum, each gradient in its dtype (float64 in float64)
+                    for dtype in sorted({grads[i].dtype.name for i in idx}):  # a grouped allreduce holds one
+                        same = [i for i in idx if grads[i].dtype.name == dtype]
+                        sent = hvd.grouped_allreduce([grads[i] for i in same], op=op, prescale_factor=pre,
+                                                     postscale_factor=post, name=f"{name}.small{b}.{dtype}")
+                        for i, t in zip(same, sent):
+                            out[i] = t
+                    continue
+                members_flat = [C.as_flat_float32(grads[i]) for i in idx]
+                key = f"q8.{name}.{comp.name}.bucket{b}" if auto else f"q8.{name}.bucket{b}"
+                sums = self._compressed_bucket(comp, members_flat, group, key, scale, order)
                 for i, part in zip(idx, sums):
                     out[i] = tf.cast(tf.reshape(part, grads[i].shape), grads[i].dtype)
             # One grouped allreduce per bucket, as calibration times it (Probe.send_fused): tensor by
