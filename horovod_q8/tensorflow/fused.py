@@ -28,12 +28,22 @@ def check_op(op) -> None:
                          "and Product cannot be computed from quantized codes")
 
 
+def _horovods_own(grads: list, idx: List[int], out: list, name: str, **kwargs) -> None:
+    """out[i] = Horovod's own allreduce of grads[i] for i in idx (kwargs: its op, factors and
+    compression), one grouped allreduce per dtype (it holds one), each gradient in its own dtype
+    (float64 summed in float64, as Horovod sums it)."""
+    for dtype in sorted({grads[i].dtype.name for i in idx}):
+        same = [i for i in idx if grads[i].dtype.name == dtype]
+        for i, t in zip(same, hvd.grouped_allreduce([grads[i] for i in same], name=f"{name}.{dtype}", **kwargs)):
+            out[i] = t
+
+
 class FusedReducer(tf.Module):
     """allreduce_grads(grads, vars=None, use_generic_names=False), as Horovod's own, with
     gradients in buckets of up to fusion_bytes, each through one compressed sum.
 
     compression: a Q8Compressor, or an AutoCompressor: each bucket then goes as the format Auto
-    chooses for its size (none and fp16: one Horovod grouped allreduce per bucket); its
+    chooses for its size (none and fp16: one Horovod grouped allreduce per bucket and dtype); its
     calibration is kept in `auto_calibration`, so the optimizer's checkpoint restores the same
     choices."""
 
@@ -107,13 +117,9 @@ class FusedReducer(tf.Module):
                     continue
                 group = policy.bucket_group(comp, shapes, members)
                 decision = policy.decide(comp, True, n, n_ranks, group)
-                if not decision.compress:  # Horovod's own sum, each gradient in its dtype (float64 in float64)
-                    for dtype in sorted({grads[i].dtype.name for i in idx}):  # a grouped allreduce holds one
-                        same = [i for i in idx if grads[i].dtype.name == dtype]
-                        sent = hvd.grouped_allreduce([grads[i] for i in same], op=op, prescale_factor=pre,
-                                                     postscale_factor=post, name=f"{name}.small{b}.{dtype}")
-                        for i, t in zip(same, sent):
-                            out[i] = t
+                if not decision.compress:
+                    _horovods_own(grads, idx, out, f"{name}.small{b}", op=op, prescale_factor=pre,
+                                  postscale_factor=post)
                     continue
                 members_flat = [C.as_flat_float32(grads[i]) for i in idx]
                 key = f"q8.{name}.{comp.name}.bucket{b}" if auto else f"q8.{name}.bucket{b}"
@@ -124,10 +130,8 @@ class FusedReducer(tf.Module):
             # tensor, Horovod may negotiate a step's tensors in several cycles (the main job's CNN,
             # loopback: 8% fewer images/s, docs/auto.md)
             for b, idx, comp in own:
-                sent = hvd.grouped_allreduce([grads[i] for i in idx], op=op, prescale_factor=pre,
-                                             postscale_factor=post, compression=comp, name=f"{name}.auto{b}")
-                for i, t in zip(idx, sent):
-                    out[i] = t
+                _horovods_own(grads, idx, out, f"{name}.auto{b}", op=op, prescale_factor=pre,
+                              postscale_factor=post, compression=comp)
             return out
 
     def _compressed_bucket(self, comp, members: List[tf.Tensor], group: str, key: str, scale, order) -> list:

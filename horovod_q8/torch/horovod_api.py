@@ -118,8 +118,9 @@ def install() -> bool:
         refuse_process_set(compression, process_set)
         named = _named(optimizer, named_parameters)  # a generator is read once: pass the list on
         named_parameters = None if named_parameters is None else named
-        if hvd_agreement.is_global(process_set) and not generation.elastic():  # every rank, whatever
-            hvd_agreement.agree(hvd_agreement.statement(compression, named), "DistributedOptimizer")  # it compresses
+        # every rank, whatever it compresses, says so (under elastic Horovod: not at build time)
+        if hvd_agreement.is_global(process_set) and not generation.elastic():
+            hvd_agreement.agree(hvd_agreement.statement(compression, named), "DistributedOptimizer")
         return o["DistributedOptimizer"](optimizer, named_parameters, compression, *args, **kwargs)
 
     def allreduce_grad_async(self, p):

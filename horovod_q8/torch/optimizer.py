@@ -70,7 +70,6 @@ class Reducer:
         self.hvd, self.setting, self.sparse_as_dense = hvd, compression, sparse_as_dense
         self.prefix = f"q8.opt{next(_OPTIMIZERS)}"
         self.average = op == hvd.Average
-        self.scale = 1.0 / hvd.size() if self.average else 1.0  # predivide's pre * post is 1
         self.fusion_bytes, self.named = fusion_bytes, list(named)
         self.stores: Dict[str, TorchResiduals] = {}
         self.transports: Dict[str, object] = {}  # HorovodTorchTransport by device
@@ -106,16 +105,20 @@ class Reducer:
             hvd_agreement.agree(hvd_agreement.statement(self.setting, self.named, **buckets), "DistributedOptimizer")
 
     def new_generation(self) -> None:
-        """Elastic Horovod re-initialised (ranks came or went): the rank count's factor, the
-        transports, the buckets in flight and Auto's choice belong to the old ranks; the plan and
+        """Elastic Horovod re-initialised (ranks came or went): the transports, the buckets in
+        flight and Auto's choice belong to the old ranks; the plan and
         the step counts are agreed again at this generation's first launch."""
-        self.scale = 1.0 / self.hvd.size() if self.average else 1.0
         self.transports.clear()
         self.pending.clear()
         for b in self.buckets:
             b.launched, b.ready, b.starts = None, 0, None
         self.steps_agreed = False
         self.chosen = None  # Auto measures again (torch.auto)
+
+    @property
+    def scale(self) -> float:
+        """The factor of the op over this generation's ranks (predivide's pre * post is 1)."""
+        return 1.0 / self.hvd.size() if self.average else 1.0
 
     def store(self, device: torch.device) -> TorchResiduals:
         if str(device) not in self.stores:
@@ -248,7 +251,8 @@ class Reducer:
                 comp, ctx = b.launched[2]
                 total = self.hvd.synchronize(pending)
                 total = comp.decompress(total, ctx)
-                total = total.mul_(self.scale) if self.scale != 1.0 else total
+                scale = self.scale
+                total = total.mul_(scale) if scale != 1.0 else total
             else:
                 with kernel_stream(b.params[0].device):
                     total = as_tensor(value(pending))  # the engine's last step applied the scale

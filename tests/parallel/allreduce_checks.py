@@ -102,8 +102,8 @@ def check_buckets(name: str) -> None:
 
 def check_dtypes(name: str) -> None:
     """The stock optimizer's reducer over float64 and float32 gradients: sent plain (under
-    min_size), each is summed in its own dtype as Horovod sums it; compressed, a float64
-    gradient keeps its dtype within the budget."""
+    min_size, or Auto's none), each is summed in its own dtype as Horovod sums it; compressed, a
+    float64 gradient keeps its dtype within the budget."""
     shapes, dtypes = [(3000,), (50, 40), (7,), (33, 33)], [np.float64, np.float32, np.float64, np.float32]
     grads = [rank_data(s, 70 + i, d) for i, (s, d) in enumerate(zip(shapes, dtypes))]
     for min_size in (10 ** 6, 64):
@@ -117,6 +117,12 @@ def check_dtypes(name: str) -> None:
             # plain: the ring adds a bucket's elements in another order than a tensor's alone at 3 ranks
             tol = BUDGET[name] if min_size == 64 else 1e-13 if g.dtype == tf.float64 else 1e-6
             assert err < tol, (name, min_size, g.dtype, err)
+    # Auto's none: a bucket of both dtypes through Horovod's own grouped allreduce, one per dtype
+    reduce = hvd._make_allreduce_grads_fn("DistributedSGD", "", "", compressor("auto", allow=("none",), min_size=64),
+                                          False, hvd.Average, 1.0, None, hvd.global_process_set)
+    for g, y in zip(grads, tf.function(lambda gs: reduce(gs))(grads)):
+        err = rel_err(y, exact(g, op=hvd.Average))
+        assert y.dtype == g.dtype and err < (1e-13 if g.dtype == tf.float64 else 1e-6), (name, "auto", g.dtype, err)
     print(f"{name}: float64 and float32 gradients, plain and compressed ok", flush=True)
 
 
