@@ -17,26 +17,48 @@ from horovod_q8 import doctor_paths
 from horovod_q8.doctor_paths import FIX, OK, SKIP, Check
 
 
-def _kernels() -> Check:
+def _kernels(source: Optional[str] = None) -> Check:
+    """The CUDA kernels compiled as CuPy compiles them: on a GPU by CuPy itself; without one
+    through CuPy's NVRTC wrapper (`backends.nvrtc_check`), since `nvcc -ptx` accepts what NVRTC
+    refuses (INFINITY); with nvcc alone, nvcc's verdict, said as such."""
+    import importlib.util
+
     from horovod_q8 import _compat
     from horovod_q8.backends import kernel_source
+    source = kernel_source() if source is None else source
     cp = _compat.cupy()
     if cp is not None:
         try:
-            cp.RawModule(code=kernel_source()).get_function("decode")
+            cp.RawModule(code=source).get_function("decode")
             return OK, "CUDA kernels compile with NVRTC"
         except Exception as e:
             return FIX, f"CUDA kernels do not compile: {e}"
+    if importlib.util.find_spec("cupy") is not None:
+        return _nvrtc_without_gpu(source)
     nvcc = shutil.which("nvcc")
     if not nvcc:
         return SKIP, "no GPU and no nvcc: CUDA kernels not checked"
     with tempfile.TemporaryDirectory() as d:
         src = Path(d) / "codec.cu"
-        src.write_text(kernel_source())
+        src.write_text(source)
         out = subprocess.run([nvcc, "-ptx", str(src), "-o", str(Path(d) / "c.ptx")], capture_output=True, text=True)
     if out.returncode != 0:
         return FIX, out.stderr[-300:]
-    return SKIP, "no GPU: CUDA kernels compile with nvcc, not run"
+    return SKIP, "no GPU: CUDA kernels compile with nvcc -ptx, not run (NVRTC, which CuPy uses, needs CuPy to check)"
+
+
+def _nvrtc_without_gpu(source: str) -> Check:
+    from horovod_q8.backends import cuda, nvrtc_check
+    arch = nvrtc_check.ARCHS[0]
+    try:
+        nvrtc_check.check_cupy_assembly()
+        r = nvrtc_check.compile_like_cupy(source, cuda.OPTIONS, arch)
+    except Exception as e:  # a node without CUDA's NVRTC library: nothing to fix there
+        return SKIP, f"no GPU, and CuPy cannot run NVRTC here ({type(e).__name__}: {str(e)[:200]})"
+    if not r.ok:
+        why = r.error or "; ".join(r.warnings) or "a kernel spills registers"
+        return FIX, f"CUDA kernels do not compile as CuPy compiles them (sm_{arch}): {why[-300:]}"
+    return SKIP, f"no GPU: CUDA kernels compile with NVRTC as CuPy does (sm_{arch}, {len(r.kernels)} kernels), not run"
 
 
 def _cpu_kernels() -> Check:

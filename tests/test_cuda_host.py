@@ -143,3 +143,16 @@ def test_device_arrays_behave_as_cupy_arrays(dev):
 def test_a_source_that_does_not_compile_names_the_line(dev):
     with pytest.raises(cuda_host.CompileError, match=r"codec.cu:\d+"):
         dev.RawModule(code=cuda.kernel_source().replace("return 0.0f;", "return INFINITY;"))
+
+
+def test_doctor_compiles_the_kernels_as_cupy_does():
+    """`horovod-q8 doctor` checks the kernels with NVRTC where CuPy is installed, GPU or not, and
+    so catches what `nvcc -ptx` lets through (INFINITY, which NVRTC does not define)."""
+    pytest.importorskip("cupy")
+    from horovod_q8 import doctor
+    from horovod_q8.doctor_paths import FIX, OK, SKIP
+
+    state, line = doctor._kernels()
+    assert state in (OK, SKIP) and "NVRTC" in line, line
+    state, line = doctor._kernels(cuda.kernel_source() + "\n__device__ float hq8_inf() { return INFINITY; }\n")
+    assert state == FIX and "INFINITY" in line, line

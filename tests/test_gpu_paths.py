@@ -98,3 +98,18 @@ def test_ddp_path_on_one_nccl_rank(real_cp):
             assert np.array_equal(ref[0], total.cpu().numpy()), schedule
     finally:
         dist.destroy_process_group()
+
+
+def test_auto_calibrates_the_codec_on_the_gradients_gpu(real_cp):
+    """Auto's torch probe over CUDA tensors (horovod.torch's and the DDP hook's, on the gradients'
+    device) times CuPy's kernels, not the CPU's: q8 encodes faster there than on this host."""
+    torch = pytest.importorskip("torch")
+    from horovod_q8.collective.auto import codec_rates
+    from horovod_q8.torch.auto import _tensor_probe
+
+    n = 1 << 22
+    probes = {d: _tensor_probe(2, None, None, None, torch.device(d)) for d in ("cuda", "cpu")}
+    assert probes["cuda"].xp is real_cp
+    rates = {d: dict((r[0], r[1:]) for r in codec_rates(["q8", "fp16"], p.fp16_roundtrip, n, p.xp, p.sync))
+             for d, p in probes.items()}
+    assert rates["cuda"]["q8"][0] > rates["cpu"]["q8"][0], rates

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 import torch
@@ -18,6 +18,7 @@ from horovod_q8.collective.auto import (DEFAULT_ALLOW, Auto, AutoCompressorBase,
                                         probe_values, recalibrate_all)
 from horovod_q8.torch import generation, hvd_agreement
 from horovod_q8.torch.common import make_setting
+from horovod_q8.torch.tensors import require_cupy
 
 _LOG = logging.getLogger("horovod_q8")
 _PROBES = generation.Numbering()
@@ -47,16 +48,15 @@ def _tensor_probe(ranks: int, send, allgather, gather, device: torch.device = to
 
     xp, sync = np, (lambda: None)
     if device.type == "cuda":
-        from horovod_q8 import _compat
-        xp, sync = _compat.cupy(), (lambda: torch.cuda.synchronize(device))
+        xp, sync = require_cupy(), (lambda: torch.cuda.synchronize(device))
     return Probe(ranks, lambda name, n: send(name, values(n, torch.float32).clone()),
                  lambda nbytes: allgather(values(nbytes, torch.uint8)), gather, fp16_roundtrip, xp, sync)
 
 
-def horovod_probe(compressors: Dict[str, Any]) -> Probe:
-    """horovod.torch's collectives; send() is `hvd.allreduce` with the compressor Auto would use,
-    without its warm-up (a warm-up step would send the probe uncompressed) and with a state of
-    its own."""
+def horovod_probe(compressors: Dict[str, Any], device: torch.device = torch.device("cpu")) -> Probe:
+    """horovod.torch's collectives over tensors on `device` (the gradients'); send() is
+    `hvd.allreduce` with the compressor Auto would use, without its warm-up (a warm-up step
+    would send the probe uncompressed) and with a state of its own."""
     import horovod.torch as hvd
 
     k = _PROBES()
@@ -69,7 +69,7 @@ def horovod_probe(compressors: Dict[str, Any]) -> Probe:
 
     return _tensor_probe(
         hvd.size(), send, lambda t: hvd.allgather(t, name=f"horovod_q8.auto.{k}.allgather.{t.numel()}"),
-        lambda obj: hvd.allgather_object(obj, name=f"horovod_q8.auto.{k}.figures"))
+        lambda obj: hvd.allgather_object(obj, name=f"horovod_q8.auto.{k}.figures"), device)
 
 
 def dist_probe(send, group=None, device: torch.device = torch.device("cpu")) -> Probe:
@@ -106,11 +106,13 @@ class AutoCompressor(AutoCompressorBase):
                                                         s.schedule, s.pipeline_elements)
                 for a, s in settings_of(self).items()}
 
-    def plan(self) -> AutoPlan:
+    def plan(self, device: Optional[torch.device] = None) -> AutoPlan:
+        """The plan; a first call calibrates with tensors on `device` (default the CPU), the
+        gradients' own, since a GPU's codec runs at another rate than the CPU's."""
         import horovod.torch as hvd
 
-        return self.auto_state.ensure(lambda: horovod_probe(self.compressors), lambda s, label: hvd_agreement.agree(s, label),
-                                      log_on_rank0(hvd.rank()))
+        probe = lambda: horovod_probe(self.compressors, device or torch.device("cpu"))  # noqa: E731
+        return self.auto_state.ensure(probe, lambda s, label: hvd_agreement.agree(s, label), log_on_rank0(hvd.rank()))
 
     def compressor_for(self, name: str):
         """horovod_q8's compressor for a quantized format, Horovod's own for none and fp16."""
@@ -119,7 +121,7 @@ class AutoCompressor(AutoCompressorBase):
         return self.compressors[name] or getattr(hvd.Compression, name)
 
     def _chosen(self, tensor: torch.Tensor):
-        return self.compressor_for(self.plan().choose(tensor.numel()).name)
+        return self.compressor_for(self.plan(tensor.device).choose(tensor.numel()).name)
 
     def compress(self, tensor: torch.Tensor):
         import horovod.torch as hvd

@@ -153,6 +153,7 @@ class Reducer:
         if self.chosen is None or plan is None or plan is not self.chosen[0]:
             from horovod_q8.torch.auto import log_on_rank0
 
+            self.setting.plan(self.buckets[0].params[0].device)  # calibrates on the gradients' device
             comps = self.setting.chosen_for_step([x.n for x in self.buckets], self.prefix,
                                                  log_on_rank0(self.hvd.rank()))
             self.chosen = (self.setting.auto_state.plan, comps)

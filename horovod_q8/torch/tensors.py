@@ -14,7 +14,8 @@ _TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.float32): torch.fl
                  np.dtype(np.int32): torch.int32}
 
 
-def _cupy():
+def require_cupy():
+    """CuPy, or a sentence saying how to install it."""
     cp = _compat.cupy()
     if cp is None:
         raise RuntimeError("horovod_q8 needs CuPy (pip install cupy-cuda12x or cupy-cuda13x) for CUDA tensors")
@@ -29,7 +30,7 @@ def as_array(t: torch.Tensor):
     if t.device.type == "cpu":
         return t.numpy()
     if t.device.type == "cuda":
-        return _cupy().from_dlpack(t)
+        return require_cupy().from_dlpack(t)
     raise TypeError(f"horovod_q8 has no kernels for {t.device.type} tensors (CPU and CUDA only)")
 
 
@@ -47,7 +48,7 @@ def kernel_stream(device: torch.device) -> Iterator[None]:
     if device.type != "cuda":
         yield
         return
-    cp = _cupy()
+    cp = require_cupy()
     stream = torch.cuda.current_stream(device)
     with cp.cuda.Device(device.index if device.index is not None else torch.cuda.current_device()):
         with cp.cuda.ExternalStream(stream.cuda_stream):
