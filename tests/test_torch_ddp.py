@@ -32,6 +32,12 @@ def test_ddp_training_with_the_hook(n):
     run(n, "ddp_training")
 
 
+def test_hook_under_ddp_options():
+    """bfloat16 (where Gloo carries it: torch 2.11's lane) and float64 models, no_sync(),
+    gradient_as_bucket_view, static_graph, find_unused_parameters; q8 and Auto."""
+    run(2, "ddp_options")
+
+
 def test_auto_hook():
     run(2, "auto")
 

@@ -49,8 +49,10 @@ def test_distributed_optimizer_fused_and_per_tensor(n):
     # Buckets too small to compress take Horovod's own allreduce, which fuses whichever are
     # ready in the same cycle; at 3 ranks the ring then adds an element's 3 terms in an order
     # set by its offset in the fusion buffer, so the bits would depend on timing: no fusion.
-    out = run(n, "q8,q4_threshold", "optimizer", "state_dict", env={"HOROVOD_FUSION_THRESHOLD": "0"})
+    out = run(n, "q8,q4_threshold", "optimizer", "state_dict", "dtypes", "bfloat16",
+              env={"HOROVOD_FUSION_THRESHOLD": "0"})
     assert "q4_threshold: optimizer state_dict carries residuals" in out
+    assert "q4_threshold: bfloat16 plain, warm-up, compressed, Auto and fused ok" in out
 
 
 @pytest.mark.parametrize("n", [2, 3])

@@ -19,7 +19,7 @@ import tensorflow as tf
 from horovod_q8.collective import policy
 from horovod_q8.collective.auto import (DEFAULT_ALLOW, FUSED_PARTS, AutoCompressorBase, AutoPlan, Probe, make_auto,
                                         probe_values)
-from horovod_q8.tensorflow.compressor import AGREEMENTS, _gather, agree, compressor
+from horovod_q8.tensorflow.compressor import AGREEMENTS, _gather, agree, compressor, horovod_plain
 from horovod_q8.tensorflow.transport import gather_bytes
 
 _LOG = logging.getLogger("horovod_q8")
@@ -124,17 +124,18 @@ class AutoCompressor(AutoCompressorBase):
         if hvd.size() > 1:
             agree(self, "compressor", once=True)  # where a fixed compressor states its setting
         if not tensor.dtype.is_floating or not tensor.shape.is_fully_defined() or hvd.size() < 2:
-            return tensor, None
-        comp = self.compressors[self.choose(policy.numel(tensor.shape))]
-        out, ctx = comp.compress(tensor)
-        return out, (comp, ctx)
+            comp = hvd.Compression.none
+        else:
+            comp = self.compressors[self.choose(policy.numel(tensor.shape))]
+        wire, cast = horovod_plain(tensor) if comp is hvd.Compression.none else (tensor, None)
+        out, ctx = comp.compress(wire)
+        return out, (comp, ctx, cast)
 
     @_python
     def decompress(self, tensor, ctx):
-        if ctx is None:
-            return tensor
-        comp, inner = ctx
-        return comp.decompress(tensor, inner)
+        comp, inner, cast = ctx
+        out = comp.decompress(tensor, inner)
+        return out if cast is None else tf.cast(out, cast)
 
     @_python
     def for_step(self, sizes: Sequence[int], label: str = "") -> list:

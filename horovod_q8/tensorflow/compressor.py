@@ -78,7 +78,7 @@ class Q8Compressor(Setting):
         decision = self.decision(tensor)
         if not decision.compress:
             tell_uncompressed(tensor.name if not tf.executing_eagerly() else "an eager tensor", decision)
-            return tensor, None
+            return horovod_plain(tensor)
         # Data-dependent (never NaN) so it is neither pruned nor folded.
         touch = 0.0 * tf.cast(tf.math.is_nan(tf.reshape(tensor, [-1])[0]), tf.float32)
         control = tf.stack([1.0 + touch, float(hvd.rank()) + touch])
@@ -86,8 +86,8 @@ class Q8Compressor(Setting):
 
     def decompress(self, tensor, ctx):
         """The compressed sum, scaled by the factor Horovod's op applied to [1, ...]."""
-        if ctx is None:
-            return tensor
+        if ctx is None or isinstance(ctx, tf.DType):  # sent plain (horovod_plain)
+            return tensor if ctx is None else tf.cast(tensor, ctx)
         original, decision = ctx
         name = C.collective_name(original, f"q8.{self.name}.")
         req = policy.request(self, decision.n, layer_group(original.shape.rank), name or "q8.eager")
@@ -98,6 +98,17 @@ class Q8Compressor(Setting):
 
     def __repr__(self) -> str:
         return f"Q8Compressor({self.format.name})"
+
+
+HOROVOD_FLOATS = (tf.float16, tf.float32, tf.float64)  # Horovod's allreduce sums these as they are
+
+
+def horovod_plain(tensor: tf.Tensor):
+    """(what goes to Horovod's own allreduce, the dtype to return to or None): a float dtype that
+    Horovod refuses (bfloat16) goes as float32."""
+    if tensor.dtype.is_floating and tensor.dtype not in HOROVOD_FLOATS:
+        return tf.cast(tensor, tf.float32), tensor.dtype
+    return tensor, None
 
 
 def factor_from_control(control: tf.Tensor) -> tf.Tensor:

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from horovod_q8.collective import bucket_parts, policy
 from horovod_q8.tensorflow import compressed_sum as C
-from horovod_q8.tensorflow.compressor import Q8Compressor, agree, check_same_config, tell_uncompressed
+from horovod_q8.tensorflow.compressor import Q8Compressor, agree, check_same_config, horovod_plain, tell_uncompressed
 from horovod_q8.tensorflow.state import CompressionState
 from horovod_q8.tensorflow.transport import PhaseOrder
 
@@ -31,11 +31,12 @@ def check_op(op) -> None:
 def _horovods_own(grads: list, idx: List[int], out: list, name: str, **kwargs) -> None:
     """out[i] = Horovod's own allreduce of grads[i] for i in idx (kwargs: its op, factors and
     compression), one grouped allreduce per dtype (it holds one), each gradient in its own dtype
-    (float64 summed in float64, as Horovod sums it)."""
+    (float64 summed in float64, as Horovod sums it; bfloat16, which Horovod refuses, in float32)."""
     for dtype in sorted({grads[i].dtype.name for i in idx}):
         same = [i for i in idx if grads[i].dtype.name == dtype]
-        for i, t in zip(same, hvd.grouped_allreduce([grads[i] for i in same], name=f"{name}.{dtype}", **kwargs)):
-            out[i] = t
+        wire = [horovod_plain(grads[i]) for i in same]
+        for i, (_, cast), t in zip(same, wire, hvd.grouped_allreduce([w for w, _ in wire], name=f"{name}.{dtype}", **kwargs)):
+            out[i] = t if cast is None else tf.cast(t, cast)
 
 
 class FusedReducer(tf.Module):

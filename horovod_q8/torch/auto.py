@@ -17,7 +17,7 @@ import torch
 from horovod_q8.collective.auto import (DEFAULT_ALLOW, Auto, AutoCompressorBase, AutoPlan, Probe, make_auto,
                                         probe_values, recalibrate_all)
 from horovod_q8.torch import generation, hvd_agreement
-from horovod_q8.torch.common import make_setting
+from horovod_q8.torch.common import horovod_plain, make_setting
 from horovod_q8.torch.tensors import require_cupy
 
 _LOG = logging.getLogger("horovod_q8")
@@ -129,17 +129,18 @@ class AutoCompressor(AutoCompressorBase):
         if tensor.is_sparse:
             raise TypeError("horovod_q8 compresses dense gradients; pass sparse_as_dense=True")
         if hvd.size() < 2 or not tensor.dtype.is_floating_point:
-            return tensor, None
-        hvd_agreement.agree(hvd_agreement.statement(self), "compressor", once=True)
-        comp = self._chosen(tensor)
-        out, ctx = comp.compress(tensor)
-        return out, (comp, ctx)
+            comp = hvd.Compression.none
+        else:
+            hvd_agreement.agree(hvd_agreement.statement(self), "compressor", once=True)
+            comp = self._chosen(tensor)
+        wire, cast = horovod_plain(tensor) if comp is hvd.Compression.none else (tensor, None)
+        out, ctx = comp.compress(wire)
+        return out, (comp, ctx, cast)
 
     def decompress(self, tensor: torch.Tensor, ctx):
-        if ctx is None:
-            return tensor
-        comp, inner = ctx
-        return comp.decompress(tensor, inner)
+        comp, inner, cast = ctx
+        out = comp.decompress(tensor, inner)
+        return out if cast is None else out.to(cast)
 
 
 def auto(allow: Sequence[str] = DEFAULT_ALLOW, *, min_size: int = 1024, **options) -> AutoCompressor:

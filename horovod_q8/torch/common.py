@@ -1,7 +1,7 @@
 """What the DDP hook and the Horovod frontend share: settings by name, seeds, the config check."""
 from __future__ import annotations
 
-from typing import Union
+from typing import Optional, Tuple, Union
 
 import torch
 
@@ -9,6 +9,17 @@ from horovod_q8 import formats
 from horovod_q8.collective.agreement import ConfigMismatchError, check_same  # noqa: F401 (re-exported)
 from horovod_q8.collective.setting import Setting
 from horovod_q8.formats import layer_group
+
+
+PLAIN_DTYPES = (torch.float16, torch.float32, torch.float64)  # Horovod's allreduce sums these as they are
+
+
+def horovod_plain(tensor: torch.Tensor) -> Tuple[torch.Tensor, Optional[torch.dtype]]:
+    """(what goes to Horovod's own allreduce, the dtype to return to or None): a float dtype that
+    Horovod refuses (bfloat16) goes as float32, as the fused optimizer's buckets do."""
+    if tensor.is_floating_point() and tensor.dtype not in PLAIN_DTYPES:
+        return tensor.float(), tensor.dtype
+    return tensor, None
 
 
 def make_setting(compression: Union[str, Setting], **options) -> Setting:

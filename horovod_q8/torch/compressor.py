@@ -22,7 +22,7 @@ from horovod_q8 import formats
 from horovod_q8.collective import engine, policy
 from horovod_q8.collective.setting import Setting
 from horovod_q8.torch import generation, hvd_agreement
-from horovod_q8.torch.common import ConfigMismatchError, group_of, seed_for
+from horovod_q8.torch.common import ConfigMismatchError, group_of, horovod_plain, seed_for
 from horovod_q8.torch.names import next_name
 from horovod_q8.torch.state import TorchResiduals
 from horovod_q8.torch.tensors import as_array, as_tensor, kernel_stream
@@ -115,7 +115,7 @@ class Q8Compressor(Setting):
         name = next_name()
         decision = policy.decide(self, tensor.dtype.is_floating_point, tensor.numel(), size, group_of(tensor))
         if not decision.compress:
-            return tensor, None
+            return horovod_plain(tensor)
         if name is None:  # no residuals: nothing ties this call to the next one of the same tensor
             store, step = None, _UNNAMED()
             key = f"q8.{self.name}.noname.{step}"
@@ -123,7 +123,7 @@ class Q8Compressor(Setting):
             store, key = self.state.store(tensor.device), f"q8.{self.name}.{name}"
             step = store.step(key)
         if step <= self.warmup_steps:
-            return tensor, None  # Horovod's own allreduce, with its op
+            return horovod_plain(tensor)  # Horovod's own allreduce, with its op
         flat = tensor.detach().reshape(-1)
         if flat.dtype != torch.float32 or not flat.is_contiguous():
             flat = flat.float().contiguous()
@@ -137,8 +137,8 @@ class Q8Compressor(Setting):
 
     def decompress(self, tensor: torch.Tensor, ctx):
         """The exact compressed sum, scaled by the factor Horovod's op applied to [1, rank]."""
-        if ctx is None:
-            return tensor
+        if ctx is None or isinstance(ctx, torch.dtype):  # sent plain (horovod_plain)
+            return tensor if ctx is None else tensor.to(ctx)
         import horovod.torch as hvd
         from horovod_q8.torch.hvd_transport import value
 

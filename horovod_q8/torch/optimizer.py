@@ -21,13 +21,12 @@ import torch
 from horovod_q8.collective import bucket_parts, engine, policy
 from horovod_q8.collective.auto import AutoCompressorBase
 from horovod_q8.torch import generation, hvd_agreement
-from horovod_q8.torch.common import seed_for
+from horovod_q8.torch.common import PLAIN_DTYPES, seed_for
 from horovod_q8.torch.compressor import Q8Compressor
 from horovod_q8.torch.state import TorchResiduals
 from horovod_q8.torch.tensors import TensorBuffers, as_array, as_tensor, kernel_stream
 
 DEFAULT_FUSION_BYTES = 64 * 1024 * 1024
-PLAIN_DTYPES = (torch.float16, torch.float32, torch.float64)  # Horovod's allreduce sums these as they are
 STATE_KEY = "horovod_q8"
 ZERO_GRAD_RACE = ("optimizer.zero_grad() was called after loss.backward() but before optimizer.step() or "
                   "optimizer.synchronize(): the gradients being reduced were dropped. Call zero_grad() "

@@ -7,6 +7,7 @@ the process group's timeout.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import faulthandler
 import hashlib
@@ -149,6 +150,61 @@ def check_ddp_training() -> None:
         assert rel_err(weights, plain.double()) < 0.05, name
 
 
+class Unused(Net):
+    """Net with a parameter no step uses (DDP's find_unused_parameters)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spare = torch.nn.Linear(4, 4)
+
+
+def train_with(hook_state, net=Net, dtype=torch.float32, accumulate: int = 1, steps: int = 4, **ddp):
+    """Weights after `steps` steps of DDP(net) in `dtype` with DDP options `ddp`, each step
+    `accumulate` micro-batches (all but the last under no_sync)."""
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(net().to(dtype), bucket_cap_mb=0.05, **ddp)
+    if hook_state is not None:
+        model.register_comm_hook(hook_state, ddp_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(100 + dist.get_rank())
+    for _ in range(steps):
+        opt.zero_grad()
+        for k in range(accumulate):
+            x, y = torch.randn(16, 1, 8, 8, generator=g).to(dtype), torch.randint(0, 10, (16,), generator=g)
+            with model.no_sync() if k + 1 < accumulate else contextlib.nullcontext():
+                torch.nn.functional.cross_entropy(model(x).float(), y).backward()
+        opt.step()
+    return torch.cat([p.detach().reshape(-1).double() for p in model.parameters()])
+
+
+def gloo_carries(dtype: torch.dtype) -> bool:
+    try:
+        dist.broadcast(torch.zeros(1, dtype=dtype), 0)
+        return True
+    except RuntimeError:
+        return False
+
+
+def check_ddp_options() -> None:
+    """The hook under DDP's options users set: bfloat16 and float64 models, gradient accumulation
+    with no_sync(), gradient_as_bucket_view, static_graph, find_unused_parameters: every rank the
+    same weights, close to plain DDP's with the same options."""
+    cases = {"bfloat16": dict(dtype=torch.bfloat16), "float64": dict(dtype=torch.float64),
+             "no_sync": dict(accumulate=2), "bucket_view": dict(gradient_as_bucket_view=True),
+             "static_graph": dict(static_graph=True), "unused": dict(net=Unused, find_unused_parameters=True)}
+    if not gloo_carries(torch.bfloat16):  # torch 2.0.1's Gloo: plain DDP itself cannot start
+        del cases["bfloat16"]
+    for case, kw in cases.items():
+        plain = train_with(None, **kw)
+        for name in ("q8", "auto"):
+            state = Q8HookState(name, min_size=64)
+            weights = train_with(state, **kw)
+            assert same_on_all_ranks(weights), (case, name)
+            assert state.iter == 4, (case, name, state.iter)
+            err = rel_err(weights, plain)
+            assert err < 0.05, (case, name, err)
+
+
 def check_config_mismatch() -> None:
     block = 1024 if dist.get_rank() == 0 else 512
     try:
@@ -234,7 +290,7 @@ def check_auto() -> None:
 
 CHECKS = {f.__name__[len("check_"):]: f for f in (
     check_budgets, check_small_stays_exact, check_nan_inf, check_threshold_feedback,
-    check_ddp_training, check_config_mismatch, check_state_dict, check_auto)}
+    check_ddp_training, check_ddp_options, check_config_mismatch, check_state_dict, check_auto)}
 
 
 def worker(rank: int, size: int, init_file: str, checks: list) -> None:

@@ -34,7 +34,9 @@ def name() -> str:
 
 
 def same_on_all_ranks(t: torch.Tensor) -> bool:
-    digest = hashlib.sha1(t.detach().contiguous().numpy().tobytes()).hexdigest()
+    t = t.detach().contiguous()
+    raw = t.view(torch.int16) if t.dtype == torch.bfloat16 else t  # NumPy has no bfloat16
+    digest = hashlib.sha1(raw.numpy().tobytes()).hexdigest()
     return len(set(hvd.allgather_object(digest, name=name()))) == 1
 
 
@@ -284,6 +286,37 @@ def check_dtypes(fmt: str) -> None:
                 assert rel_err(p.grad, ref) < tol, (fmt, g.dtype, rel_err(p.grad, ref))
 
 
+def check_bfloat16(fmt: str) -> None:
+    """bfloat16 gradients, which Horovod 0.28.1's allreduce refuses: wherever horovod_q8 sends
+    them plain (under min_size, warm-up, Auto's none, the fused optimizer's plain buckets) they go
+    as float32; compressed, they are quantized as float32; back as bfloat16, the same on every rank."""
+    g = rank_data((3000,), 90, torch.bfloat16)
+    ref = exact(g.float(), op=hvd.Average)
+    comps = {"plain": compressor(fmt, min_size=10 ** 6), "warm-up": compressor(fmt, warmup_steps=1),
+             "compressed": compressor(fmt, min_size=64), "auto": q8t.Auto}
+    for case, comp in comps.items():
+        y = hvd.allreduce(g, compression=comp, op=hvd.Average, name=f"bf16.{fmt}.{case}")
+        assert y.dtype == torch.bfloat16 and y.shape == g.shape and same_on_all_ranks(y), (fmt, case)
+        if case == "compressed":  # exactly float32's codes: bfloat16 -> float32 is exact
+            y32 = hvd.allreduce(g.float(), compression=compressor(fmt, min_size=64), op=hvd.Average,
+                                name=f"bf16.{fmt}.as_float32")
+            assert torch.equal(y, y32.to(torch.bfloat16)), fmt
+        if case != "compressed" or fmt in BUDGET:  # a threshold format's one step sends a part only
+            budget = BUDGET.get(fmt, 0) + 0.01  # bfloat16's 8 bits: about 0.2%
+            assert rel_err(y, ref) < budget, (fmt, case, rel_err(y, ref))
+    for min_size in (10 ** 6, 64):
+        torch.manual_seed(0)  # the same weights on every rank
+        model = torch.nn.Linear(60, 50).to(torch.bfloat16)
+        opt = q8t.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), compression=compressor(fmt, min_size=min_size),
+                                       named_parameters=model.named_parameters())
+        torch.manual_seed(RANK)
+        model(torch.randn(8, 60).to(torch.bfloat16)).float().square().sum().backward()
+        opt.step()
+        for p in model.parameters():
+            assert p.dtype == torch.bfloat16 and same_on_all_ranks(p.detach()), (fmt, min_size)
+    print(f"{fmt}: bfloat16 plain, warm-up, compressed, Auto and fused ok", flush=True)
+
+
 def check_two_optimizers(fmt: str) -> None:
     """Two fused optimizers over one backward, each rank skipping another layer each step (its
     gradients stay None): the buckets its hooks start differ by rank, and each optimizer's
@@ -469,7 +502,7 @@ def check_resume(fmt: str) -> None:
 
 CHECKS = {"auto": check_auto, "codebook": check_codebook, "threshold": check_threshold, "edges": check_edges,
           "any_order": check_any_order, "optimizer": check_optimizer, "state_dict": check_state_dict,
-          "config_mismatch": check_config_mismatch, "resume": check_resume, "dtypes": check_dtypes,
+          "config_mismatch": check_config_mismatch, "resume": check_resume, "dtypes": check_dtypes, "bfloat16": check_bfloat16,
           "two_optimizers": check_two_optimizers}
 
 
