@@ -38,6 +38,14 @@ def test_hook_under_ddp_options():
     run(2, "ddp_options")
 
 
+def test_hook_under_torch_compile():
+    """torch.compile(DDP model) with the hook; torch 2.0.1 cannot compile on Python 3.11."""
+    import torch
+    if tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 1):
+        pytest.skip(f"torch {torch.__version__}: torch.compile needs torch >= 2.1 on Python 3.11")
+    run(2, "compiled")
+
+
 def test_auto_hook():
     run(2, "auto")
 

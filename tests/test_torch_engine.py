@@ -113,3 +113,11 @@ def test_layout_merges_consecutive_groups():
     got = layout([10, 5, 7, 3, 4], ["dense", "other", "dense", "dense", "other"])
     assert list(got.items()) == [("dense", [(0, 10), (15, 25)]), ("other", [(10, 15), (25, 29)])]
     assert policy.decide(make_setting("q8"), True, 2000, 3).compress
+
+
+def test_ddp_hook_refuses_what_is_not_a_ddp_bucket():
+    """FSDP calls a registered hook with a gradient tensor: a sentence, not an AttributeError."""
+    from horovod_q8.torch.ddp import Q8HookState, ddp_hook
+
+    with pytest.raises(TypeError, match="DistributedDataParallel communication hook.*FSDP"):
+        ddp_hook(Q8HookState("q8"), torch.zeros(3))

@@ -135,6 +135,9 @@ class Q8HookState:
 # Annotations evaluated (no `from __future__ import annotations`): DDP compares them as objects.
 def ddp_hook(state: Q8HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: the bucket's average over every rank, compressed."""
+    if not isinstance(bucket, dist.GradBucket):  # FSDP calls its hooks with a gradient tensor
+        raise TypeError("horovod_q8's ddp_hook is a DistributedDataParallel communication hook; it got a "
+                        f"{type(bucket).__name__}, not a GradBucket (FSDP's hooks are not supported)")
     fut: torch.futures.Future = torch.futures.Future()
     try:
         sizes = [g.numel() for g in bucket.gradients()]
