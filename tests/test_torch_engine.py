@@ -107,6 +107,8 @@ def test_settings_by_name_and_refused_options():
         make_setting("q8", threshold=0.1)
     with pytest.raises(ValueError, match="Setting"):
         make_setting(s, min_size=3)
+    with pytest.raises(TypeError, match=r"unknown option\(s\) \['blocksize'\] for 'q8'; options: block_size, "):
+        make_setting("q8", blocksize=256)
 
 
 def test_layout_merges_consecutive_groups():

@@ -1,6 +1,7 @@
 """What the DDP hook and the Horovod frontend share: settings by name, seeds, the config check."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Tuple, Union
 
 import torch
@@ -29,8 +30,12 @@ def make_setting(compression: Union[str, Setting], **options) -> Setting:
             raise ValueError(f"options {sorted(options)} apply to a format name, not to a Setting; "
                              "use dataclasses.replace on it instead")
         return compression
-    fmt_options = {k: options.pop(k) for k in ("block_size", "rounding", "seed", "threshold", "levels")
-                   if k in options}
+    fmt_keys = ("block_size", "rounding", "seed", "threshold", "levels")
+    unknown = sorted(set(options) - set(fmt_keys) - {f.name for f in dataclasses.fields(Setting)})
+    if unknown:
+        known = sorted(set(fmt_keys) | {f.name for f in dataclasses.fields(Setting) if f.init and f.name != "format"})
+        raise TypeError(f"unknown option(s) {unknown} for {compression!r}; options: {', '.join(known)}")
+    fmt_options = {k: options.pop(k) for k in fmt_keys if k in options}
     return Setting(formats.get(compression, **fmt_options), **options)
 
 
