@@ -648,7 +648,8 @@ def make_auto(allow: Sequence[str] = DEFAULT_ALLOW, min_size: int = 1024, **opti
     the formats it applies to, and refused when it applies to none of them."""
     unknown = set(options) - set(CODEBOOK_OPTIONS + THRESHOLD_OPTIONS + SETTING_OPTIONS)
     if unknown:
-        raise TypeError(f"Auto: unknown option(s) {sorted(unknown)}")
+        known = ", ".join(sorted(("allow", "min_size") + CODEBOOK_OPTIONS + THRESHOLD_OPTIONS + SETTING_OPTIONS))
+        raise TypeError(f"Auto: unknown option(s) {sorted(unknown)}; options: {known}")
     given = {k: v for k, v in options.items() if v is not None}
     kinds = {formats.get(a).kind for a in check_allow(allow) if a not in cost.UNCOMPRESSED}
     for k in given:
