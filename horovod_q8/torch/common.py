@@ -1,7 +1,6 @@
 """What the DDP hook and the Horovod frontend share: settings by name, seeds, the config check."""
 from __future__ import annotations
 
-import dataclasses
 from typing import Optional, Tuple, Union
 
 import torch
@@ -10,17 +9,23 @@ from horovod_q8 import formats
 from horovod_q8.collective.agreement import ConfigMismatchError, check_same  # noqa: F401 (re-exported)
 from horovod_q8.collective.setting import Setting
 from horovod_q8.formats import layer_group
+from horovod_q8.options import COMPRESSOR_OPTIONS
 
 
 PLAIN_DTYPES = (torch.float16, torch.float32, torch.float64)  # Horovod's allreduce sums these as they are
+FORMAT_OPTIONS = ("block_size", "rounding", "seed", "threshold", "levels")
+
+
+def plain_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype Horovod's own allreduce sums `dtype` in: its own, float32 for a float dtype
+    Horovod refuses (bfloat16)."""
+    return torch.float32 if dtype.is_floating_point and dtype not in PLAIN_DTYPES else dtype
 
 
 def horovod_plain(tensor: torch.Tensor) -> Tuple[torch.Tensor, Optional[torch.dtype]]:
-    """(what goes to Horovod's own allreduce, the dtype to return to or None): a float dtype that
-    Horovod refuses (bfloat16) goes as float32, as the fused optimizer's buckets do."""
-    if tensor.is_floating_point() and tensor.dtype not in PLAIN_DTYPES:
-        return tensor.float(), tensor.dtype
-    return tensor, None
+    """(what goes to Horovod's own allreduce, the dtype to return to or None), by `plain_dtype`."""
+    wire = plain_dtype(tensor.dtype)
+    return (tensor, None) if wire == tensor.dtype else (tensor.to(wire), tensor.dtype)
 
 
 def make_setting(compression: Union[str, Setting], **options) -> Setting:
@@ -30,12 +35,11 @@ def make_setting(compression: Union[str, Setting], **options) -> Setting:
             raise ValueError(f"options {sorted(options)} apply to a format name, not to a Setting; "
                              "use dataclasses.replace on it instead")
         return compression
-    fmt_keys = ("block_size", "rounding", "seed", "threshold", "levels")
-    unknown = sorted(set(options) - set(fmt_keys) - {f.name for f in dataclasses.fields(Setting)})
+    known = FORMAT_OPTIONS + tuple(COMPRESSOR_OPTIONS)
+    unknown = sorted(set(options) - set(known))
     if unknown:
-        known = sorted(set(fmt_keys) | {f.name for f in dataclasses.fields(Setting) if f.init and f.name != "format"})
-        raise TypeError(f"unknown option(s) {unknown} for {compression!r}; options: {', '.join(known)}")
-    fmt_options = {k: options.pop(k) for k in fmt_keys if k in options}
+        raise TypeError(f"unknown option(s) {unknown} for {compression!r}; options: {', '.join(sorted(known))}")
+    fmt_options = {k: options.pop(k) for k in FORMAT_OPTIONS if k in options}
     return Setting(formats.get(compression, **fmt_options), **options)
 
 

@@ -21,7 +21,7 @@ import torch
 from horovod_q8.collective import bucket_parts, engine, policy
 from horovod_q8.collective.auto import AutoCompressorBase
 from horovod_q8.torch import generation, hvd_agreement
-from horovod_q8.torch.common import PLAIN_DTYPES, seed_for
+from horovod_q8.torch.common import plain_dtype, seed_for
 from horovod_q8.torch.compressor import Q8Compressor
 from horovod_q8.torch.state import TorchResiduals
 from horovod_q8.torch.tensors import TensorBuffers, as_array, as_tensor, kernel_stream
@@ -217,8 +217,7 @@ class Reducer:
     def _launch_plain(self, b: Bucket, comp) -> None:
         """The bucket's sum through Horovod's allreduce, compressed by Horovod's `comp` (none, fp16),
         in the gradients' own dtype as Horovod's optimizer sums them (a bucket holds one dtype)."""
-        dtype = b.params[0].dtype
-        grads = self._grads(b, dtype if dtype in PLAIN_DTYPES else torch.float32)
+        grads = self._grads(b, plain_dtype(b.params[0].dtype))
         flat = grads[0] if len(grads) == 1 else torch.cat(grads)
         sent, ctx = comp.compress(flat)
         b.launched = ("plain", self.hvd.allreduce_async(sent, op=self.hvd.Sum, name=f"{b.key}.plain"), (comp, ctx))
