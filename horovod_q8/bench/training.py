@@ -18,8 +18,7 @@ from typing import Dict, List, Optional
 
 from horovod_q8.cores import share, usable_cores
 from horovod_q8.formats import COMPRESSION_NAMES
-from horovod_q8.workloads.compare import horovodrun
-from horovod_q8.workloads.common import ARCHITECTURES, DATASETS, HOROVOD_OWN, number_problems, refuse
+from horovod_q8.workloads.common import ARCHITECTURES, DATASETS, HOROVOD_OWN, horovodrun, number_problems, refuse
 
 MINIMUMS = (("ranks", 2, "one rank sends nothing"), ("batch_size", 1, ""), ("steps_per_epoch", 3, ""),
             ("epochs", 1, ""))

@@ -7,6 +7,8 @@ import argparse
 import hashlib
 import json
 import math
+import shutil
+import sys
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -211,3 +213,9 @@ def publish_summary(summary: dict, line: str, results_json: Optional[str]) -> No
     if results_json:
         Path(results_json).parent.mkdir(parents=True, exist_ok=True)
         Path(results_json).write_text(json.dumps(summary, indent=1))
+
+
+def horovodrun() -> str:
+    """This interpreter's horovodrun (the venv's), else the one on PATH."""
+    here = Path(sys.executable).parent / "horovodrun"
+    return str(here) if here.exists() else (shutil.which("horovodrun") or "horovodrun")

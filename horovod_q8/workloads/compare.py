@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from horovod_q8.workloads.datasets import FASHION_MNIST_DIR
-from horovod_q8.workloads.common import TRAIN_COMPRESSIONS, number_problems, refuse
+from horovod_q8.workloads.common import TRAIN_COMPRESSIONS, horovodrun, number_problems, refuse
 
 MINIMUMS = (("np", 2, "one process sends nothing, so every compression would look alike"),
             ("epochs", 1, "0 trains and evaluates nothing"))
@@ -54,12 +53,6 @@ def _mnist_downloadable() -> bool:
         return subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60).returncode == 0
     except subprocess.TimeoutExpired:
         return False
-
-
-def horovodrun() -> str:
-    """This interpreter's horovodrun (the venv's), else the one on PATH."""
-    here = Path(sys.executable).parent / "horovodrun"
-    return str(here) if here.exists() else (shutil.which("horovodrun") or "horovodrun")
 
 
 def run(args: argparse.Namespace) -> int:
