@@ -15,6 +15,7 @@ import argparse
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,7 +32,12 @@ TEMPLATES = ("horovodrun_gloo.sh", "horovodrun_mpi.sh", "mpirun_ompi4_ib.sh", "m
              "slurm_srun.sbatch", "slurm_mpirun.sbatch", "hostfile")
 _PLACEHOLDER = re.compile(r"(?<!\$)\$\{([A-Z_][A-Z0-9_]*)\}")  # $${X} is a literal ${X}
 _CONTROL = ("Cc", "Zl", "Zp")  # control characters and Unicode line/paragraph separators
-_HOST = re.compile(r"^[A-Za-z0-9_.@-]+$")
+_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"  # never a leading '-': it would read as an option
+_HOST = re.compile(rf"^(?:{_NAME}@)?{_NAME}$")
+_IFACES = re.compile(rf"^{_NAME}(?::\d+)?(?:,{_NAME}(?::\d+)?)*$")  # eth0, eth0:1 (an alias), eth0,ib0
+_IB_DEVICES = re.compile(rf"^{_NAME}(?::\d+)?(?:,{_NAME}(?::\d+)?)*$")  # mlx5_0, mlx5_0:1, mlx5_0,mlx5_1:2
+_HOSTFILE_SLOTS = re.compile(r"^slots=(\d+)$")
+_HOSTFILE_IGNORED = re.compile(r"^max[-_]slots=\d+$")  # OpenMPI's cap on oversubscription: no slots of its own
 # Slurm's --time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or no limit.
 _SLURM_TIME = re.compile(r"^(\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|UNLIMITED|INFINITE)$")
 
@@ -44,7 +50,7 @@ OPTION_SLOTS: Dict[str, Tuple[str, ...]] = {
     "--hosts": ("HOSTS", "HOST_LINES"),
     "--hostfile": ("HOSTS", "HOST_LINES"),
     "--iface": ("IFACE",),
-    "--ib-device": ("IB_DEVICE",),
+    "--ib-device": ("NCCL_IB_ARGS", "UCX_ARGS", "IB_EXPORTS"),
     "--env": ("EXPORTS", "MPI_ENV"),
     "--mpi-arg": ("MPI_EXTRA",),
     "--no-gpus": ("SBATCH_GPUS",),
@@ -59,6 +65,12 @@ _INSTEAD = {
     "--hostfile": "Slurm chooses the hosts: give --nodes",
     "--ib-device": "give --env NCCL_IB_HCA=<device> instead",
 }
+_HOST_SLOTS = ("NP", "HOSTS", "HOST_LINES")  # filled from the hosts and their processes
+_FILLED_BY = {"NODES": "--nodes", "GPUS_PER_NODE": "--gpus-per-node", "IFACE": "--iface",
+              "SBATCH_GPUS": "--gpus-per-node (or --no-gpus)", "COMMAND": "a command after --"}
+# The program each runnable template needs where it is run (a batch script's run on the nodes).
+RUNNERS = {"horovodrun_gloo.sh": "horovodrun", "horovodrun_mpi.sh": "horovodrun", "mpirun_ompi4_ib.sh": "mpirun",
+           "mpirun_ompi5_ucx.sh": "mpirun", "slurm_srun.sbatch": "sbatch", "slurm_mpirun.sbatch": "sbatch"}
 DEFAULT_JOB_NAME = "horovod_q8"
 DEFAULT_TIME = "01:00:00"
 
@@ -200,12 +212,28 @@ def host_name(value: str) -> str:
     one_line("host", value)
     if not _HOST.match(value):
         raise LaunchError(f"host {value!r} is not a host name; use letters, digits, '.', '-', '_' "
-                          "(and user@host), one host per entry")
+                          "(and user@host), starting with a letter or digit, one host per entry")
     return value
 
 
-def _hosts(args: argparse.Namespace) -> List[str]:
-    """The host names from --hostfile (first word of each line) or --hosts, each checked."""
+def _hostfile_line(path: Path, lineno: int, words: List[str]) -> Tuple[str, Optional[int]]:
+    """(host, slots or None) from one hostfile line: `host [slots=N] [max_slots=M]`."""
+    host_name(words[0])
+    slots = None
+    for word in words[1:]:
+        match = _HOSTFILE_SLOTS.match(word)
+        if match:
+            slots = int(match.group(1))
+        elif not _HOSTFILE_IGNORED.match(word):
+            raise LaunchError(f"hostfile {path} line {lineno}: {word!r} is not `slots=N` or `max_slots=N`")
+    if slots == 0:
+        raise LaunchError(f"hostfile {path} line {lineno}: {words[0]} has slots=0, so it would run no "
+                          "process; leave the host out")
+    return words[0], slots
+
+
+def _hosts(args: argparse.Namespace) -> List[Tuple[str, Optional[int]]]:
+    """(host, slots or None) from --hostfile (`host [slots=N]` lines) or --hosts, each checked."""
     if args.hostfile:
         path = Path(args.hostfile)
         if not path.is_file():
@@ -215,21 +243,33 @@ def _hosts(args: argparse.Namespace) -> List[str]:
         except (OSError, UnicodeDecodeError) as e:
             raise LaunchError(f"cannot read hostfile {path}: {e}") from None
         hosts = []
-        for line in text.splitlines():
-            line = line.split("#", 1)[0].strip()
-            if line:
-                hosts.append(line.split()[0])
+        for lineno, line in enumerate(text.splitlines(), 1):
+            words = line.split("#", 1)[0].split()
+            if words:
+                hosts.append(_hostfile_line(path, lineno, words))
+        if not hosts:
+            raise LaunchError(f"hostfile {path} names no host (only blank lines and comments)")
     else:
-        hosts = [h for h in (args.hosts or "").split(",") if h]
-    return [host_name(h) for h in hosts]
+        hosts = [(h, None) for h in (args.hosts or "").split(",") if h]
+    return [(host_name(h), n) for h, n in hosts]
 
 
-def merge_hosts(hosts: List[str]) -> Dict[str, int]:
-    """Each host once, in first-seen order, with how often it was named: OpenMPI refuses a
-    hostfile that gives one host's slots on two lines, so their slots are added instead."""
+def host_slots(hosts: List[Tuple[str, Optional[int]]], gpus: Optional[int]) -> Dict[str, int]:
+    """Each host once, in first-seen order, with its processes: a hostfile's slots=, else
+    --gpus-per-node; a host named twice gets both entries' (OpenMPI refuses a hostfile that gives
+    one host's slots on two lines). Empty when the processes per host are not known."""
     counts: Dict[str, int] = {}
-    for h in hosts:
-        counts[h] = counts.get(h, 0) + 1
+    for host, slots in hosts:
+        if slots is not None and gpus is not None and slots != gpus:
+            raise LaunchError(f"the hostfile gives {host} slots={slots} but --gpus-per-node is {gpus}; "
+                              "give one of them")
+        n = gpus if slots is None else slots
+        if n is None:
+            if any(s is not None for _, s in hosts):
+                raise LaunchError(f"the hostfile gives no slots= for {host}: give slots= on every line, "
+                                  "or --gpus-per-node")
+            return {}
+        counts[host] = counts.get(host, 0) + n
     return counts
 
 
@@ -238,6 +278,26 @@ def positive(option: str, value: Optional[int]) -> Optional[int]:
     if value is not None and value < 1:
         raise LaunchError(f"{option} must be a whole number of at least 1, got {value}")
     return value
+
+
+def interfaces(value: str) -> str:
+    """An --iface value: one interface name or a comma-separated list (eth0, ib0, eth0,ib0)."""
+    one_line("--iface", value)
+    if not _IFACES.match(value):
+        raise LaunchError(f"--iface {value!r} is not an interface name (letters, digits, '.', '-', '_', "
+                          "starting with a letter or digit) or a comma-separated list of them; "
+                          "`ip -br link` lists this host's")
+    return value
+
+
+def ib_devices(value: str) -> List[str]:
+    """--ib-device as a list of HCAs, each `name` or `name:port` (mlx5_0, mlx5_0:1,mlx5_1:1)."""
+    one_line("--ib-device", value)
+    if not _IB_DEVICES.match(value):
+        raise LaunchError(f"--ib-device {value!r} is not an HCA name or a comma-separated list of "
+                          "`name[:port]` (mlx5_0, mlx5_0:1,mlx5_1:1; `ibv_devices` lists them); for "
+                          "NCCL's ^ and = forms give --env NCCL_IB_HCA=... instead")
+    return value.split(",")
 
 
 def slurm_time(value: str) -> str:
@@ -259,32 +319,62 @@ def _env(items: List[str]) -> List[List[str]]:
     return env
 
 
+def missing_options(template: str, values: Dict[str, Optional[str]], args: argparse.Namespace) -> List[str]:
+    """The options still needed for `template`'s placeholders that have no value."""
+    needs = []
+    for p in slots(template):
+        if values.get(p) is not None:
+            continue
+        if p in _HOST_SLOTS:
+            if not (args.hosts or args.hostfile):
+                needs.append("--hosts or --hostfile")
+            if args.gpus_per_node is None:
+                needs.append("--gpus-per-node (processes per host; or slots= on every hostfile line)")
+        elif not (p == "SBATCH_GPUS" and args.gpus_per_node is None):  # that one is said by GPUS_PER_NODE
+            needs.append(_FILLED_BY.get(p, p))
+    return list(dict.fromkeys(needs))
+
+
 def values_from_args(args: argparse.Namespace) -> Dict[str, Optional[str]]:
-    """Placeholder values from the command-line options, quoted for the shell."""
+    """Placeholder values from the command-line options, quoted for the shell; refused with
+    the options still needed when the template has a place they would fill."""
+    values = _values(args)
+    needs = missing_options(args.template, values, args)
+    if needs:
+        raise LaunchError(f"{args.template} needs {', '.join(needs)}")
+    return values
+
+
+def _values(args: argparse.Namespace) -> Dict[str, Optional[str]]:
     refuse_unused(args.template, args)
     positive("--nodes", args.nodes)
     gpus = positive("--gpus-per-node", args.gpus_per_node)
     named = _hosts(args)
-    hosts = merge_hosts(named)
-    if hosts and args.nodes and len(hosts) != args.nodes:
-        twice = [f"{h} named {n} times" for h, n in hosts.items() if n > 1]
-        raise LaunchError(f"--nodes {args.nodes} but {len(hosts)} hosts given"
+    distinct = list(dict.fromkeys(h for h, _ in named))
+    if distinct and args.nodes and len(distinct) != args.nodes:
+        twice = [f"{h} named {n} times" for h in distinct if (n := sum(x == h for x, _ in named)) > 1]
+        raise LaunchError(f"--nodes {args.nodes} but {len(distinct)} hosts given"
                           + (f" ({', '.join(twice)}: one host, its slots added)" if twice else ""))
-    nodes = args.nodes or len(hosts) or None
-    np_ = len(named) * gpus if hosts and gpus else (nodes * gpus if nodes and gpus else None)
+    hosts = host_slots(named, gpus)
+    nodes = args.nodes or len(distinct) or None
+    np_ = sum(hosts.values()) if hosts else (nodes * gpus if nodes and gpus and not named else None)
     env = _env(args.env)
     if MALLOC_TUNABLES not in {k for k, _ in env}:  # `--env GLIBC_TUNABLES=` keeps glibc's defaults
         env.append([MALLOC_TUNABLES, malloc_huge_pages(os.environ.get(MALLOC_TUNABLES, ""))])
-    iface = one_line("--iface", args.iface) if args.iface else None
-    ib_device = one_line("--ib-device", args.ib_device) if args.ib_device else None
+    iface = interfaces(args.iface) if args.iface else None
+    ib = ib_devices(args.ib_device) if args.ib_device else []
     return {
         "NP": str(np_) if np_ else None,
         "NODES": str(nodes) if nodes else None,
         "GPUS_PER_NODE": str(gpus) if gpus else None,
-        "HOSTS": ",".join(f"{h}:{gpus * n}" for h, n in hosts.items()) if hosts and gpus else None,
-        "HOST_LINES": "\n".join(f"{h} slots={gpus * n}" for h, n in hosts.items()) if hosts and gpus else None,
+        "HOSTS": ",".join(f"{h}:{n}" for h, n in hosts.items()) if hosts else None,
+        "HOST_LINES": "\n".join(f"{h} slots={n}" for h, n in hosts.items()) if hosts else None,
         "IFACE": shlex.quote(iface) if iface else None,
-        "IB_DEVICE": shlex.quote(ib_device) if ib_device else None,
+        # Without --ib-device these render nothing: NCCL and UCX then pick the devices themselves
+        # (on Ethernet, none), where an empty NCCL_IB_HCA or UCX_NET_DEVICES would select none.
+        "NCCL_IB_ARGS": f"-x NCCL_IB_HCA={','.join(ib)}" if ib else "",
+        "UCX_ARGS": "-x UCX_NET_DEVICES=" + ",".join(d if ":" in d else d + ":1" for d in ib) if ib else "",
+        "IB_EXPORTS": f"export NCCL_IB_HCA={','.join(ib)}" if ib else "",
         "EXPORTS": "\n".join(f"export {k}={shell_word(v)}" for k, v in env),
         "MPI_ENV": " ".join(f"-x {shell_word(k + '=' + v)}" for k, v in env),
         "MPI_EXTRA": shell_words(args.mpi_arg),
@@ -300,10 +390,13 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("template", help=f"one of: {', '.join(TEMPLATES)}")
     p.add_argument("--nodes", type=int)
     p.add_argument("--gpus-per-node", type=int, help="processes per node")
-    p.add_argument("--hosts", help="comma-separated host names; a host named twice gets the slots of both")
-    p.add_argument("--hostfile", help="OpenMPI hostfile to take the hosts from")
-    p.add_argument("--iface", help="network interface between hosts (eth0, ib0, lo)")
-    p.add_argument("--ib-device", help="InfiniBand HCA for NCCL / UCX, e.g. mlx5_0")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--hosts", help="comma-separated host names; a host named twice gets the slots of both")
+    where.add_argument("--hostfile", help="OpenMPI hostfile (`host [slots=N]` lines) to take the hosts from; "
+                                          "slots= there, or --gpus-per-node, gives each host's processes")
+    p.add_argument("--iface", help="network interface(s) between hosts (eth0, ib0, lo; eth0,ib0)")
+    p.add_argument("--ib-device", help="InfiniBand HCA(s) for NCCL / UCX, e.g. mlx5_0 or mlx5_0:1,mlx5_1:1; "
+                                       "leave it out on Ethernet")
     p.add_argument("--env", action="append", default=[], help="VAR=value for every rank")
     p.add_argument("--mpi-arg", action="append", default=[], help="extra mpirun argument; write --mpi-arg=--flag")
     p.add_argument("--no-gpus", action="store_true", help="Slurm: ask for no GPUs (CPU-only nodes)")
@@ -322,6 +415,17 @@ def split_command(argv: List[str]) -> tuple:
     return argv, []
 
 
+def runner_environment() -> Dict[str, str]:
+    """This environment with this Python's bin folder last on PATH: where the venv is not
+    activated, its horovodrun and horovod-q8 are found there; PATH's own come first."""
+    env = dict(os.environ)
+    here = str(Path(sys.executable).parent)
+    path = env.get("PATH", "")
+    if here not in path.split(os.pathsep):
+        env["PATH"] = (path + os.pathsep if path else "") + here
+    return env
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         text = render(args.template, values_from_args(args))
@@ -336,9 +440,17 @@ def run(args: argparse.Namespace) -> int:
     if args.template == "hostfile":
         print(f.name)
         return 0
+    env = runner_environment()
+    program = RUNNERS[args.template]
+    if shutil.which(program, path=env["PATH"]) is None:
+        Path(f.name).unlink(missing_ok=True)
+        print(f"horovod-q8 launch: {program} is not on PATH (nor beside this Python, {Path(sys.executable).parent}); "
+              + ("run it on a Slurm login node" if program == "sbatch" else
+                 "install it or activate the environment that has it") + "; --dry-run prints the script", file=sys.stderr)
+        return 2
     runner = ["sbatch"] if args.template.endswith(".sbatch") else ["bash"]
     try:
-        return subprocess.call(runner + [f.name])
+        return subprocess.call(runner + [f.name], env=env)
     finally:  # sbatch keeps its own copy of the script once it has submitted it
         Path(f.name).unlink(missing_ok=True)
 

@@ -4,7 +4,16 @@ from __future__ import annotations
 import os
 from typing import Mapping, Optional
 
-LAUNCHER_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS")
+from horovod_q8.errors import UserError
+
+# Who started this process, most specific first: horovodrun's Gloo workers (HOROVOD_SIZE, as
+# Horovod reads it), MPI, then an srun job step. Not SLURM_NTASKS: it is the allocation's
+# count, inherited by everything started inside it (horovodrun or mpirun in an sbatch script).
+LAUNCHER_SIZE_VARS = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS")
+
+
+class WorldSizeMismatch(UserError):
+    """The launcher started N processes but Horovod sees another size."""
 
 
 def launcher_world_size(env: Mapping[str, str] = os.environ) -> Optional[tuple]:
@@ -22,7 +31,7 @@ def check_world_size(horovod_size: int, env: Mapping[str, str] = os.environ) -> 
     if said is None or said[1] == horovod_size:
         return
     var, n = said
-    raise RuntimeError(
+    raise WorldSizeMismatch(
         f"the launcher started {n} processes ({var}={n}) but Horovod sees {horovod_size}. "
         "Usual cause: srun without PMI support starts every task as a singleton; use "
         "`srun --mpi=pmix` (or pmi2), or mpirun/horovodrun inside the allocation. "

@@ -9,4 +9,4 @@ set -euo pipefail
 # NCCL_SOCKET_IFNAME: the interface NCCL bootstraps on (GPU jobs); keep it off docker0/lo.
 export NCCL_SOCKET_IFNAME=${IFACE}
 ${EXPORTS}
-horovodrun --gloo -np ${NP} -H ${HOSTS} --network-interface ${IFACE} ${COMMAND}
+horovodrun --gloo -np ${NP} -H ${HOSTS} --network-interfaces ${IFACE} ${COMMAND}

@@ -8,4 +8,4 @@
 set -euo pipefail
 export NCCL_SOCKET_IFNAME=${IFACE}
 ${EXPORTS}
-horovodrun --mpi -np ${NP} -H ${HOSTS} --network-interface ${IFACE} ${COMMAND}
+horovodrun --mpi -np ${NP} -H ${HOSTS} --network-interfaces ${IFACE} ${COMMAND}

@@ -3,7 +3,7 @@
 #   ${NP}         total processes
 #   ${HOSTS}      host:slots list
 #   ${IFACE}      TCP interface for MPI and NCCL's bootstrap (btl_tcp_if_include, NCCL_SOCKET_IFNAME)
-#   ${IB_DEVICE}  InfiniBand HCA NCCL uses (NCCL_IB_HCA), e.g. mlx5_0
+#   ${NCCL_IB_ARGS}  -x NCCL_IB_HCA=<--ib-device>, e.g. mlx5_0; nothing without --ib-device (NCCL picks)
 #   ${MPI_ENV}    extra `-x VAR=value` words forwarded to every rank
 #   ${MPI_EXTRA}  extra mpirun arguments
 #   ${COMMAND}    the training command
@@ -19,7 +19,6 @@ mpirun -np ${NP} -H ${HOSTS} \
     -mca coll_tuned_use_dynamic_rules 1 -mca coll_tuned_allreduce_algorithm 4 \
     -mca coll_tuned_allgatherv_algorithm 3 -mca coll_tuned_alltoallv_algorithm 1 \
     -mca btl_tcp_flags send,inplace,need-ack,need-csum -mca btl_tcp_if_include ${IFACE} \
-    -x NCCL_IB_HCA=${IB_DEVICE} \
-    -x NCCL_SOCKET_IFNAME=${IFACE} \
+    -x NCCL_SOCKET_IFNAME=${IFACE} ${NCCL_IB_ARGS} \
     -x LD_LIBRARY_PATH -x PATH ${MPI_ENV} ${MPI_EXTRA} \
     ${COMMAND}

@@ -3,7 +3,8 @@
 #   ${NP}         total processes
 #   ${HOSTS}      host:slots list
 #   ${IFACE}      TCP interface for NCCL's bootstrap (NCCL_SOCKET_IFNAME)
-#   ${IB_DEVICE}  HCA: UCX_NET_DEVICES=${IB_DEVICE}:1 (port 1) and NCCL_IB_HCA
+#   ${UCX_ARGS}      -x UCX_NET_DEVICES=<--ib-device>, each HCA given a port (:1) where it has none
+#   ${NCCL_IB_ARGS}  -x NCCL_IB_HCA=<--ib-device>; both nothing without --ib-device (UCX and NCCL pick)
 #   ${MPI_ENV}    extra `-x VAR=value` words
 #   ${MPI_EXTRA}  extra mpirun arguments
 #   ${COMMAND}    the training command
@@ -11,8 +12,6 @@ set -euo pipefail
 mpirun -np ${NP} -H ${HOSTS} \
     --bind-to none --map-by slot \
     --mca pml ucx --mca osc ucx \
-    -x UCX_NET_DEVICES=${IB_DEVICE}:1 \
-    -x NCCL_IB_HCA=${IB_DEVICE} \
-    -x NCCL_SOCKET_IFNAME=${IFACE} \
+    -x NCCL_SOCKET_IFNAME=${IFACE} ${UCX_ARGS} ${NCCL_IB_ARGS} \
     -x LD_LIBRARY_PATH -x PATH ${MPI_ENV} ${MPI_EXTRA} \
     ${COMMAND}

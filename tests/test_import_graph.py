@@ -18,7 +18,8 @@ EARLIER, ANY = "earlier rows", "any room"
 # docs/design.md's "Rooms, bottom to top": each row's rooms ("" the package's __init__) and the
 # rooms they may import besides their own; rooms of one row do not import each other.
 ROWS: Tuple[Tuple[Tuple[str, ...], Union[Tuple[str, ...], str]], ...] = (
-    (("_compat", "errors", "cores", "startup", "options"), ()),
+    (("errors",), ()),
+    (("_compat", "cores", "startup", "options"), ("errors",)),
     (("formats",), ("options",)),
     (("backends",), ("_compat", "cores", "formats")),
     (("codec",), ("backends", "formats")),

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from horovod_q8 import launcher
-from horovod_q8.startup import check_world_size, launcher_world_size
+from horovod_q8.startup import WorldSizeMismatch, check_world_size, launcher_world_size
 
 OPTIONS = {"--nodes": ["--nodes", "2"], "--gpus-per-node": ["--gpus-per-node", "4"],
            "--hosts": ["--hosts", "node1,node2"], "--iface": ["--iface", "eth0"],
@@ -73,19 +73,93 @@ def test_rendered_contents():
 def test_bad_input_is_a_clear_error(tmp_path):
     with pytest.raises(launcher.LaunchError, match="unknown template 'pbs.sh'"):
         launcher.template_text("pbs.sh")
-    with pytest.raises(launcher.LaunchError, match="needs values for .*IB_DEVICE"):
-        render("mpirun_ompi4_ib.sh", ["--nodes", "2", "--gpus-per-node", "1", "--hosts", "a,b", "--iface", "eth0"])
-    with pytest.raises(launcher.LaunchError, match="needs values for COMMAND"):
+    with pytest.raises(launcher.LaunchError, match="needs --iface$"):
+        render("mpirun_ompi4_ib.sh", ["--nodes", "2", "--gpus-per-node", "1", "--hosts", "a,b"])
+    with pytest.raises(launcher.LaunchError, match="needs a command after --"):
         render("horovodrun_gloo.sh", full("horovodrun_gloo.sh"), [])
+    with pytest.raises(launcher.LaunchError, match=r"needs --gpus-per-node \(processes per host"):
+        render("horovodrun_gloo.sh", ["--hosts", "a,b", "--iface", "eth0"])
+    with pytest.raises(launcher.LaunchError, match="needs --hosts or --hostfile, --gpus-per-node"):
+        render("mpirun_ompi5_ucx.sh", ["--iface", "eth0"])
+    with pytest.raises(launcher.LaunchError, match="needs --gpus-per-node, --nodes$"):
+        render("slurm_srun.sbatch", ["--iface", "eth0"])
     with pytest.raises(launcher.LaunchError, match="--nodes 3 but 2 hosts"):
         render("hostfile", ["--nodes", "3", "--gpus-per-node", "1", "--hosts", "a,b"])
     with pytest.raises(launcher.LaunchError, match="VAR=value"):
         render("horovodrun_gloo.sh", full("horovodrun_gloo.sh") + ["--env", "no-equals"])
     with pytest.raises(launcher.LaunchError, match="does not exist"):
         render("hostfile", ["--gpus-per-node", "1", "--hostfile", str(tmp_path / "none")])
+
+
+def test_hostfile_slots(tmp_path):
+    """A hostfile's slots= give each host's processes (an admin's counts are kept, not flattened);
+    --gpus-per-node gives them where the lines have none, and the two may not disagree."""
     hf = tmp_path / "hosts"
-    hf.write_text("# comment\nalpha slots=2\nbeta slots=2\n")
+    hf.write_text("# comment\nalpha slots=8 max_slots=16  # trailing\nbeta slots=1\n\nalpha slots=2\n")
+    out = render("horovodrun_gloo.sh", ["--hostfile", str(hf), "--iface", "eth0"])
+    assert "-np 11 -H alpha:10,beta:1 " in out
+    assert "alpha slots=10\nbeta slots=1" in render("hostfile", ["--hostfile", str(hf)])
+    with pytest.raises(launcher.LaunchError, match="gives alpha slots=8 but --gpus-per-node is 4"):
+        render("hostfile", ["--gpus-per-node", "4", "--hostfile", str(hf)])
+    hf.write_text("alpha slots=4\nbeta slots=4\n")
     assert "alpha slots=4" in render("hostfile", ["--gpus-per-node", "4", "--hostfile", str(hf)])
+    hf.write_text("alpha\nbeta\n")
+    assert "-np 6 -H alpha:3,beta:3 " in render("horovodrun_mpi.sh", ["--gpus-per-node", "3", "--hostfile", str(hf),
+                                                                      "--iface", "eth0"])
+    for text, refusal in (("alpha slots=2\nbeta\n", "no slots= for beta: give slots= on every line"),
+                          ("alpha slots=0\n", "line 1: alpha has slots=0"),
+                          ("alpha cpus=4\n", "line 1: 'cpus=4' is not `slots=N`"),
+                          ("# nobody\n\n", "names no host"),
+                          ("-oProxyCommand=x slots=1\n", "is not a host name")):
+        hf.write_text(text)
+        with pytest.raises(launcher.LaunchError, match=refusal):
+            render("hostfile", ["--hostfile", str(hf)])
+
+
+def test_interfaces_and_devices():
+    """--ib-device is optional (Ethernet clusters have none: NCCL and UCX then pick), takes a list
+    of name[:port], and UCX gets a port for each; host names and interfaces never start with '-'."""
+    for template in ("mpirun_ompi4_ib.sh", "mpirun_ompi5_ucx.sh", "slurm_mpirun.sbatch", "slurm_srun.sbatch"):
+        options = [w for w in full(template) if w != "--ib-device" and w != "mlx5_0"]
+        out = render(template, options)
+        assert "NCCL_IB_HCA" not in "".join(ln for ln in out.splitlines(True) if not launcher.is_comment(ln))
+        subprocess.run(["bash", "-n"], input=out, text=True, check=True)
+    out = render("mpirun_ompi5_ucx.sh", ["--hosts", "a", "--gpus-per-node", "1", "--iface", "ib0",
+                                         "--ib-device", "mlx5_0,mlx5_1:2"])
+    assert "-x UCX_NET_DEVICES=mlx5_0:1,mlx5_1:2 -x NCCL_IB_HCA=mlx5_0,mlx5_1:2" in out
+    assert "export NCCL_IB_HCA=mlx5_0:1\n" in render("slurm_srun.sbatch", ["--nodes", "1", "--gpus-per-node", "1",
+                                                                          "--iface", "ib0", "--ib-device", "mlx5_0:1"])
+    assert "--network-interfaces eth0,ib0 " in render("horovodrun_gloo.sh", ["--hosts", "a", "--gpus-per-node", "1",
+                                                                            "--iface", "eth0,ib0"])
+    for options, refusal in ((["--ib-device", "mlx5_0:"], "not an HCA name"), (["--ib-device", "^mlx5_0"], "NCCL's \\^ and = forms"),
+                             (["--iface=-eth0"], "not an interface name"), (["--iface", "eth0 ib0"], "ip -br link"),
+                             (["--hosts=--tag-output"], "not a host name")):
+        base = ["--hosts", "a", "--gpus-per-node", "1", "--iface", "eth0"]
+        given = {o.split("=")[0] for o in options if o.startswith("--")}
+        base = [w for i, w in enumerate(base) if w not in given and (i == 0 or base[i - 1] not in given)]
+        with pytest.raises(launcher.LaunchError, match=refusal):
+            render("mpirun_ompi5_ucx.sh", [*base, *options])
+
+
+def test_hosts_and_hostfile_exclude_each_other(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        launcher.build_parser().parse_args(["hostfile", "--hosts", "a", "--hostfile", str(tmp_path / "h")])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_a_missing_runner_is_a_sentence(tmp_path):
+    """Run (not --dry-run) where the template's program is nowhere on PATH: one sentence, rc 2,
+    nothing started; the venv's bin folder is searched after PATH's own."""
+    base = [sys.executable, "-m", "horovod_q8.cli", "launch"]
+    env = dict(os.environ, PATH=str(tmp_path))
+    proc = subprocess.run(base + ["mpirun_ompi4_ib.sh", "--hosts", "localhost", "--gpus-per-node", "1", "--iface",
+                                  "lo", "--", "true"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and "mpirun is not on PATH" in proc.stderr and "Traceback" not in proc.stderr
+    os.environ["PATH"], saved = str(tmp_path), os.environ["PATH"]
+    try:
+        assert launcher.runner_environment()["PATH"].split(os.pathsep) == [str(tmp_path), os.path.dirname(sys.executable)]
+    finally:
+        os.environ["PATH"] = saved
 
 
 def test_cli_dry_run_and_errors():
@@ -94,7 +168,7 @@ def test_cli_dry_run_and_errors():
                         capture_output=True, text=True)
     assert ok.returncode == 0 and "horovodrun --gloo -np 8" in ok.stdout, ok.stderr
     bad = subprocess.run(base + ["horovodrun_gloo.sh", "--dry-run"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "needs values for" in bad.stderr
+    assert bad.returncode == 2 and "horovodrun_gloo.sh needs a command after --, --hosts or --hostfile" in bad.stderr
 
 
 def test_launch_md_shows_what_the_templates_render():
@@ -120,9 +194,19 @@ def test_launch_md_shows_what_the_templates_render():
 def test_world_size_check():
     check_world_size(2, {"OMPI_COMM_WORLD_SIZE": "2"})
     check_world_size(4, {})
-    assert launcher_world_size({"SLURM_NTASKS": "8"}) == ("SLURM_NTASKS", 8)
-    with pytest.raises(RuntimeError, match="srun without PMI"):
-        check_world_size(1, {"SLURM_NTASKS": "8"})
+    assert launcher_world_size({"SLURM_STEP_NUM_TASKS": "8"}) == ("SLURM_STEP_NUM_TASKS", 8)
+    with pytest.raises(WorldSizeMismatch, match="srun without PMI"):
+        check_world_size(1, {"SLURM_STEP_NUM_TASKS": "8", "SLURM_NTASKS": "8"})
+
+
+def test_world_size_inside_an_allocation():
+    """horovodrun or mpirun inside an sbatch script: the allocation's SLURM_NTASKS (and a batch
+    step's task count) reach every rank, but the launcher that started them says the size."""
+    check_world_size(2, {"SLURM_NTASKS": "4"})
+    check_world_size(2, {"SLURM_NTASKS": "4", "SLURM_STEP_NUM_TASKS": "1", "HOROVOD_SIZE": "2"})
+    check_world_size(8, {"SLURM_STEP_NUM_TASKS": "1", "OMPI_COMM_WORLD_SIZE": "8"})
+    with pytest.raises(WorldSizeMismatch, match="HOROVOD_SIZE=4"):
+        check_world_size(2, {"HOROVOD_SIZE": "4"})
 
 
 TRAIN = [sys.executable, "-m", "horovod_q8.workloads.train", "mnist", "--synthetic",
