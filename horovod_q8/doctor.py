@@ -119,8 +119,9 @@ def _network() -> Check:
     except OSError:
         names = []
     ib = sorted(p.name for p in Path("/sys/class/infiniband").glob("*")) if Path("/sys/class/infiniband").exists() else []
-    return OK, f"interfaces: {', '.join(names) or '?'}; InfiniBand HCAs: {', '.join(ib) or 'none'} " \
-                 "(pass --iface and --ib-device to horovod-q8 launch)"
+    hint = "pass --iface and --ib-device to horovod-q8 launch" if ib else \
+        "pass --iface to horovod-q8 launch; no --ib-device on Ethernet"
+    return OK, f"interfaces: {', '.join(names) or '?'}; InfiniBand HCAs: {', '.join(ib) or 'none'} ({hint})"
 
 
 HOST_CHECKS: List[Tuple[str, Callable[[], Check]]] = [
