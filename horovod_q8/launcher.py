@@ -34,8 +34,8 @@ _PLACEHOLDER = re.compile(r"(?<!\$)\$\{([A-Z_][A-Z0-9_]*)\}")  # $${X} is a lite
 _CONTROL = ("Cc", "Zl", "Zp")  # control characters and Unicode line/paragraph separators
 _NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"  # never a leading '-': it would read as an option
 _HOST = re.compile(rf"^(?:{_NAME}@)?{_NAME}$")
-_IFACES = re.compile(rf"^{_NAME}(?::\d+)?(?:,{_NAME}(?::\d+)?)*$")  # eth0, eth0:1 (an alias), eth0,ib0
-_IB_DEVICES = re.compile(rf"^{_NAME}(?::\d+)?(?:,{_NAME}(?::\d+)?)*$")  # mlx5_0, mlx5_0:1, mlx5_0,mlx5_1:2
+# Interfaces (eth0, eth0:1 an alias, eth0,ib0) and HCAs (mlx5_0, mlx5_0:1,mlx5_1:2): name[:number] lists.
+_NAME_LIST = re.compile(rf"^{_NAME}(?::\d+)?(?:,{_NAME}(?::\d+)?)*$")
 _HOSTFILE_SLOTS = re.compile(r"^slots=(\d+)$")
 _HOSTFILE_IGNORED = re.compile(r"^max[-_]slots=\d+$")  # OpenMPI's cap on oversubscription: no slots of its own
 # Slurm's --time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or no limit.
@@ -283,7 +283,7 @@ def positive(option: str, value: Optional[int]) -> Optional[int]:
 def interfaces(value: str) -> str:
     """An --iface value: one interface name or a comma-separated list (eth0, ib0, eth0,ib0)."""
     one_line("--iface", value)
-    if not _IFACES.match(value):
+    if not _NAME_LIST.match(value):
         raise LaunchError(f"--iface {value!r} is not an interface name (letters, digits, '.', '-', '_', "
                           "starting with a letter or digit) or a comma-separated list of them; "
                           "`ip -br link` lists this host's")
@@ -293,7 +293,7 @@ def interfaces(value: str) -> str:
 def ib_devices(value: str) -> List[str]:
     """--ib-device as a list of HCAs, each `name` or `name:port` (mlx5_0, mlx5_0:1,mlx5_1:1)."""
     one_line("--ib-device", value)
-    if not _IB_DEVICES.match(value):
+    if not _NAME_LIST.match(value):
         raise LaunchError(f"--ib-device {value!r} is not an HCA name or a comma-separated list of "
                           "`name[:port]` (mlx5_0, mlx5_0:1,mlx5_1:1; `ibv_devices` lists them); for "
                           "NCCL's ^ and = forms give --env NCCL_IB_HCA=... instead")
