@@ -40,7 +40,10 @@ def train_problems(*argv: str) -> list:
     (["--lr", "nan"], "--lr must be a finite number > 0, got nan"),
     (["--warmup-epochs", "-1"], "--warmup-epochs must be >= 0"),
     (["--seed", "-1"], "--seed must be from 0 to 4294967295"),
-    (["--image-size", "0"], "--image-size must be >= 1"),
+    (["--image-size", "64"], "--image-size applies to imagenet only \\(mnist has its own\\)"),
+    (["--num-classes", "10"], "--num-classes applies to imagenet only"),
+    (["--synthetic", "--data-dir", "/data"], "--data-dir does not apply to --synthetic"),
+    (["--results-json", "/proc/version/out.json"], "/proc/version is a file, so the file cannot be made"),
     (["--model", "mlp", "--mlp-width", "0"], "--mlp-width must be >= 1"),
     (["--mlp-width", "512"], "--mlp-width applies only to --model mlp"),
     (["--pipeline-elements", "-1"], "--pipeline-elements must be >= 0"),
@@ -149,3 +152,9 @@ def test_model_mlp_is_the_wide_fully_connected_network(dataset, inputs):
         [inputs, 64], [64], [64, 64], [64], [64, 10], [10]]
     default = train.build_model(train.build_parser().parse_args([dataset]), 10)
     assert default.name != "mlp"
+
+
+def test_imagenet_input_sizes():
+    problems = lambda *a: train.check_args(train.build_parser().parse_args(["imagenet", *a]))  # noqa: E731
+    assert problems("--image-size", "16") == ["--image-size must be >= 32 (ResNet-50's smallest input), got 16"]
+    assert problems("--image-size", "32", "--num-classes", "5") == []

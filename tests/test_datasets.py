@@ -50,9 +50,10 @@ def test_imagenet(tmp_path, kind):
         datagen.imagenet_folders(tmp_path)
     else:
         datagen.imagenet_tfrecords(tmp_path)
-    train, val, classes, n = D.imagenet_datasets(str(tmp_path), 4, 0, 1, image_size=32, tfrecord_classes=2)
+    train, val, classes, n = D.imagenet_datasets(str(tmp_path), 4, 0, 1, image_size=32,
+                                                 tfrecord_classes=2 if kind == "tfrecords" else None)
     x, y = next(iter(train(0)))
-    assert x.shape == (4, 32, 32, 3) and classes == 2
+    assert x.shape == (4, 32, 32, 3) and classes == 2 and n == 48  # counted, not ImageNet's 1,281,167
     assert int(max(y)) < 2 and sum(int(b[0].shape[0]) for b in val) == 48
 
     def first(seed, k=15):  # more batches than one pass (48 images): passes continue
@@ -70,3 +71,37 @@ def test_imagenet_errors(tmp_path):
     (tmp_path / "train-00000").write_bytes(b"")
     with pytest.raises(D.DatasetError, match="no validation-"):
         D.imagenet_datasets(str(tmp_path), 4, 0, 1)
+
+
+def test_imagenet_refusals_before_training(tmp_path):
+    """What used to fail in the middle of training, or train on the wrong numbers, is refused
+    when the data is opened: labels outside --num-classes, files named train-* that are not
+    TFRecords, validation classes that training lacks, a flat val/, --num-classes on folders."""
+    pytest.importorskip("tensorflow")
+    records = datagen.imagenet_tfrecords(tmp_path / "records", classes=3)
+    with pytest.raises(D.DatasetError, match=r"labels \[3\] outside 1..2"):
+        D.imagenet_datasets(str(records), 4, 0, 1, image_size=32, tfrecord_classes=2)
+    assert D.count_records(records / "train-00000-of-00001") == 48
+    (records / "train-00000-of-00001").write_bytes((records / "train-00000-of-00001").read_bytes()[:-10])
+    with pytest.raises(D.DatasetError, match="not a TFRecord file .* record 47 runs past its end"):
+        D.imagenet_datasets(str(records), 4, 0, 1, image_size=32, tfrecord_classes=3)
+    folders = datagen.imagenet_folders(tmp_path / "folders")
+    (folders / "train-labels.txt").write_text("not a record\n")  # folders win over a stray train-*
+    assert D.imagenet_datasets(str(folders), 4, 0, 1, image_size=32)[2] == 2
+    with pytest.raises(D.DatasetError, match="--num-classes applies to ImageNet TFRecords"):
+        D.imagenet_datasets(str(folders), 4, 0, 1, image_size=32, tfrecord_classes=2)
+    (folders / "val" / "n99999999").mkdir()
+    with pytest.raises(D.DatasetError, match="val has class folders that .*train lacks: n99999999"):
+        D.imagenet_datasets(str(folders), 4, 0, 1, image_size=32)
+    (folders / "val" / "n99999999").rmdir()
+    for c in list((folders / "val").iterdir()):
+        for f in c.iterdir():
+            f.rename(folders / "val" / f"{c.name}_{f.name}")
+        c.rmdir()
+    with pytest.raises(D.DatasetError, match="JPEGs lie directly in it: sort them into class folders"):
+        D.imagenet_datasets(str(folders), 4, 0, 1, image_size=32)
+
+
+def test_synthetic_data_is_bounded():
+    x = D.synthetic((224, 224, 3), 1000, 100000, 128).x_train
+    assert x.dtype == np.float32 and x.nbytes <= D.SYNTHETIC_POOL_BYTES

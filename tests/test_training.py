@@ -57,3 +57,24 @@ def test_missing_dataset_is_a_clear_error(tmp_path):
            "horovod_q8.workloads.train", "mnist", "--data-dir", str(tmp_path / "missing")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "MNIST: data directory" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("framework", ["tensorflow", "torch"])
+def test_ranks_started_differently_stop_with_a_sentence(framework, tmp_path):
+    """Other --epochs on one rank used to hang (every rank waits in a collective the other never
+    starts); another --lr trained two models. Each rank now names what differs and exits."""
+    from test_parallel import horovodrun
+    if framework == "torch":
+        pytest.importorskip("horovod.torch")
+    script = tmp_path / "per_rank.py"
+    script.write_text("import os, sys\nfrom horovod_q8.cli import main\n"
+                      "extra = ['--epochs', '2', '--lr', '0.5'] if os.environ['HOROVOD_RANK'] == '1' else []\n"
+                      "main(sys.argv[1:] + extra)\n")
+    cmd = [horovodrun(), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, str(script), "train", "mnist",
+           "--synthetic", "--steps-per-epoch", "2", "--batch-size", "8", "--compression", "q8", "--verbose", "0",
+           "--framework", framework]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "--epochs (rank 0: 3, rank 1: 2)" in out and "--lr (rank 0: 0.02, rank 1: 0.5)" in out, out[-3000:]
+    assert "Traceback" not in out.split("the ranks were started")[0][-2000:]

@@ -7,12 +7,15 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import shutil
 import sys
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
+from horovod_q8.errors import UserError
 from horovod_q8.formats import CODEBOOK, COMPRESSION_NAMES, get, names
+from horovod_q8.workloads.datasets import IMAGENET_CLASSES, IMAGENET_SIZE
 
 # What a training run may be given: every compression by name, and "auto".
 TRAIN_COMPRESSIONS = (*COMPRESSION_NAMES, "auto")
@@ -23,6 +26,7 @@ DEFAULTS = {"mnist": dict(batch_size=64, lr=0.02, epochs=3),
             "cifar10": dict(batch_size=128, lr=0.05, epochs=30),
             "imagenet": dict(batch_size=64, lr=0.0125, epochs=90)}
 HOROVOD_OWN = ("none", "fp16")
+IMAGENET_MIN_SIZE = 32  # ResNet-50 takes no smaller input
 ARCHITECTURES = ("mlp",)  # `--model`: instead of the dataset's own model
 MLP_WIDTH = 4096  # 784-4096-4096-10: 20M parameters, 80 MB of float32 gradient a step
 SEED_MAX = 2 ** 32 - 1  # numpy's and TensorFlow's seed range
@@ -73,8 +77,9 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None,
     p.add_argument("--log-dir", default=None, help="TensorBoard logs (rank 0)")
     p.add_argument("--synthetic", action="store_true", help="random data of the dataset's shape")
     p.add_argument("--steps-per-epoch", type=int, default=None)
-    p.add_argument("--num-classes", type=int, default=1000, help="ImageNet TFRecords only")
-    p.add_argument("--image-size", type=int, default=224, help="ImageNet input size")
+    p.add_argument("--num-classes", type=int, default=None,
+                   help=f"ImageNet TFRecords and --synthetic only (default {IMAGENET_CLASSES}; folders give their own)")
+    p.add_argument("--image-size", type=int, default=None, help=f"ImageNet input size (default {IMAGENET_SIZE})")
     p.add_argument("--results-json", default=None, help="rank 0 writes the summary here")
     p.add_argument("--verbose", type=int, default=1)
     return p
@@ -147,7 +152,41 @@ def check_args(args: argparse.Namespace) -> List[str]:
     return (number_problems(args, MINIMUMS)
             + compression_problems(args.compression, args.block_size, args.threshold)
             + feedback_problems(args.compression, getattr(args, "error_feedback", "auto"))
-            + model_problems(args))
+            + model_problems(args) + data_problems(args) + output_problems(args))
+
+
+def data_problems(args: argparse.Namespace) -> List[str]:
+    """Options the chosen data would ignore, and an ImageNet input smaller than its model takes."""
+    problems = []
+    imagenet = getattr(args, "dataset", None) == "imagenet"
+    for dest in ("num_classes", "image_size"):
+        if getattr(args, dest, None) is not None and not imagenet:
+            problems.append(f"{flag(dest)} applies to imagenet only ({args.dataset} has its own)")
+    size = getattr(args, "image_size", None)
+    if imagenet and size is not None and size < IMAGENET_MIN_SIZE:
+        problems.append(f"--image-size must be >= {IMAGENET_MIN_SIZE} (ResNet-50's smallest input), got {size}")
+    if getattr(args, "synthetic", False) and getattr(args, "data_dir", None) is not None:
+        problems.append("--data-dir does not apply to --synthetic (random data of the dataset's shape)")
+    return problems
+
+
+def output_problems(args: argparse.Namespace) -> List[str]:
+    """Output paths that could not be written, found before the training time is spent."""
+    problems = []
+    for dest, kind in (("checkpoint_dir", "folder"), ("log_dir", "folder"), ("results_json", "file")):
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        path = Path(value)
+        if path.exists() and (path.is_dir() != (kind == "folder")):
+            problems.append(f"{flag(dest)} {value} is a {'folder' if path.is_dir() else 'file'}; give a {kind}")
+            continue
+        parent = next((p for p in [path, *path.parents] if p.exists()), None)
+        if parent is not None and path != parent and not parent.is_dir():
+            problems.append(f"{flag(dest)} {value}: {parent} is a file, so the {kind} cannot be made")
+        elif parent is not None and not os.access(parent, os.W_OK | os.X_OK):
+            problems.append(f"{flag(dest)} {value}: {parent} is not writable")
+    return problems
 
 
 def model_problems(args: argparse.Namespace) -> List[str]:
@@ -205,6 +244,50 @@ def compressor_options(args: argparse.Namespace) -> dict:
     if feedback is not None:
         options["error_feedback"] = feedback
     return options
+
+
+# Options that may differ by rank: paths on each node, and how much a rank prints.
+PER_RANK = ("data_dir", "checkpoint_dir", "log_dir", "results_json", "verbose")
+
+
+class RanksDisagree(UserError):
+    """The ranks were started with different training options."""
+
+
+def run_settings(args: argparse.Namespace, steps: int, classes: int) -> dict:
+    """What every rank must agree on: each option but PER_RANK's, and what its data gave (steps
+    per epoch, classes). Ranks with other epochs or steps would wait for each other's collectives
+    forever; with another --lr they would train different models."""
+    out = {flag(k): v for k, v in sorted(vars(args).items())
+           if k not in PER_RANK and k != "command" and not callable(v)}
+    out.update({"steps per epoch (from the data)": steps, "classes (from the data)": classes})
+    return out
+
+
+def check_ranks_agree(everyone: Sequence[dict]) -> None:
+    """Raise RanksDisagree naming each setting that differs, with every rank's value
+    (`everyone`: run_settings of every rank, in rank order, from an allgather)."""
+    lines = []
+    for key in sorted(set().union(*everyone)):
+        values = [e.get(key) for e in everyone]
+        if any(v != values[0] for v in values[1:]):
+            lines.append(f"{key} ({', '.join(f'rank {r}: {v!r}' for r, v in enumerate(values))})")
+    if lines:
+        raise RanksDisagree("the ranks were started with different settings, so they would wait for each "
+                            "other forever or train different models: " + "; ".join(lines)
+                            + ". Start every rank with the same options (only " + ", ".join(map(flag, PER_RANK))
+                            + " may differ) and, where it differs, the same data")
+
+
+def whole_steps(batch_size: int, ranks: int, images: int) -> int:
+    """Steps per epoch when --steps-per-epoch is not given: whole global batches of this many
+    training images; refused when not one fits (an epoch of no step would never end)."""
+    steps = images // (batch_size * ranks)
+    if steps == 0:
+        raise UserError(f"--batch-size {batch_size} on {ranks} rank(s) takes {batch_size * ranks} images a step, "
+                        f"more than the {images} training images: lower --batch-size, or give --steps-per-epoch "
+                        "(batches then run on into the next pass)")
+    return steps
 
 
 def publish_summary(summary: dict, line: str, results_json: Optional[str]) -> None:

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     for name in args.compressions.split(","):
         summary = out / f"{name}.json"
         cmd = [horovodrun(), "-np", str(args.np), "-H", f"localhost:{args.np}", "--gloo",
-               sys.executable, "-m", "horovod_q8.workloads.train", "mnist", "--compression", name,
+               sys.executable, "-m", "horovod_q8.cli", "train", "mnist", "--compression", name,
                "--epochs", str(args.epochs), "--seed", str(args.seed), "--verbose", "2",
                "--results-json", str(summary)]
         cmd += [] if data_dir is None else ["--data-dir", data_dir]

@@ -21,6 +21,8 @@ FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 MNIST_FILES = {"train_x": "train-images-idx3-ubyte", "train_y": "train-labels-idx1-ubyte",
                "test_x": "t10k-images-idx3-ubyte", "test_y": "t10k-labels-idx1-ubyte"}
 IMAGENET_SIZE = 224
+IMAGENET_CLASSES = 1000
+IMAGENET_TRAIN_SHARDS = 1024  # build_imagenet_data's train-00000-of-01024 ...
 CLASSES = 10  # MNIST and CIFAR-10
 CIFAR_SHAPE = (3, 32, 32)  # one row of a batch's data: 1024 red, 1024 green, 1024 blue
 # What a CIFAR-10 batch pickle may reference: numpy arrays and nothing else. Pickle can
@@ -219,10 +221,17 @@ def load_cifar10(data_dir: Optional[str]) -> ArrayData:
     return ArrayData(prep(xt), yt.astype(np.int64), prep(xv), yv.astype(np.int64), CLASSES)
 
 
+SYNTHETIC_POOL_BYTES = 64 << 20  # distinct random images at most; more are repeats of them
+
+
 def synthetic(shape: tuple, classes: int, n_train: int, n_test: int, seed: int = 0) -> ArrayData:
-    """Random images of the dataset's shape with random labels (throughput runs)."""
+    """Random images of the dataset's shape with random labels (throughput runs): n_train and
+    n_test of them, each at most SYNTHETIC_POOL_BYTES (the trainers' epochs run on through
+    passes over a smaller set, so a long epoch needs no more memory)."""
     rng = np.random.default_rng(seed)
-    mk = lambda n: rng.standard_normal((n, *shape)).astype(np.float32)  # noqa: E731
+    most = max(1, SYNTHETIC_POOL_BYTES // (4 * int(np.prod(shape))))
+    n_train, n_test = min(n_train, most), min(n_test, most)
+    mk = lambda n: rng.standard_normal((n, *shape), dtype=np.float32)  # noqa: E731
     return ArrayData(mk(n_train), rng.integers(0, classes, n_train), mk(n_test),
                      rng.integers(0, classes, n_test), classes)
 
@@ -231,10 +240,12 @@ IMAGENET_TRAIN_IMAGES = 1281167
 
 
 def imagenet_datasets(data_dir: str, batch_size: int, rank: int, size: int,
-                      image_size: int = IMAGENET_SIZE, tfrecord_classes: int = 1000):
+                      image_size: int = IMAGENET_SIZE, tfrecord_classes: Optional[int] = None):
     """(train, val, classes, n_train) from ImageNet JPEG folders (train/<class>/*.JPEG,
-    val/<class>/*.JPEG) or TFRecords (train-*, validation-*, with image/encoded and 1-based
-    image/class/label, as Google's build_imagenet_data writes).
+    val/<class>/*.JPEG; preferred where both exist) or TFRecords (train-*, validation-*, with
+    image/encoded and 1-based image/class/label, as Google's build_imagenet_data writes;
+    tfrecord_classes labels, default IMAGENET_CLASSES; n_train counted from the records' headers
+    unless the files are build_imagenet_data's 1024 train shards).
 
     train(seed) is this rank's endless stream of training batches for one epoch's seed (an
     int): order and flips are functions of the seed only, so a resumed run's epoch e sees the
@@ -244,22 +255,37 @@ def imagenet_datasets(data_dir: str, batch_size: int, rank: int, size: int,
     d = Path(data_dir)
     if not d.is_dir():
         raise DatasetError(f"ImageNet: data directory {d} does not exist")
-    train_records = sorted(d.glob("train-*"))
+    folders = (d / "train").is_dir() and (d / "val").is_dir()
+    train_records = [] if folders else sorted(p for p in d.glob("train-*") if p.is_file())
     if train_records:
-        val_records = sorted(d.glob("validation-*"))
+        val_records = sorted(p for p in d.glob("validation-*") if p.is_file())
         if not val_records:
             raise DatasetError(f"ImageNet TFRecords: found train-* but no validation-* in {d}")
+        classes = tfrecord_classes or IMAGENET_CLASSES
+        n_train = IMAGENET_TRAIN_IMAGES if len(train_records) == IMAGENET_TRAIN_SHARDS else \
+            sum(count_records(f) for f in train_records)
+        count_records(val_records[0])
+        _check_labels(train_records[0], classes)
         train = lambda seed: _tfrecord_pipeline(  # noqa: E731
             train_records, seed, batch_size, rank, size, image_size).repeat()
         return (train, _tfrecord_pipeline(val_records, None, batch_size, rank, size, image_size),
-                tfrecord_classes, IMAGENET_TRAIN_IMAGES)
-    if not (d / "train").is_dir() or not (d / "val").is_dir():
+                classes, n_train)
+    if tfrecord_classes is not None:
+        raise DatasetError(f"--num-classes applies to ImageNet TFRecords; the class folders under {d / 'train'} "
+                           "give the classes")
+    if not folders:
         raise DatasetError(f"ImageNet: expected train/ and val/ folders of class folders of JPEGs, "
                            f"or TFRecord files train-* and validation-*, in {d}")
     class_names = sorted(p.name for p in (d / "train").iterdir() if p.is_dir())
     if not class_names:
         raise DatasetError(f"ImageNet: {d / 'train'} has no class folders")
     index = {c: i for i, c in enumerate(class_names)}
+    val_names = sorted(p.name for p in (d / "val").iterdir() if p.is_dir())
+    unknown = sorted(set(val_names) - set(index))
+    if unknown:
+        raise DatasetError(f"ImageNet: {d / 'val'} has class folders that {d / 'train'} lacks: "
+                           f"{', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}; their images could "
+                           "not be scored")
 
     def files(split: str):
         paths, labels = [], []
@@ -269,7 +295,10 @@ def imagenet_datasets(data_dir: str, batch_size: int, rank: int, size: int,
                     paths.append(str(p))
                     labels.append(index[c])
         if not paths:
-            raise DatasetError(f"ImageNet: no JPEG files under {d / split}")
+            flat = any(p.suffix.lower() in (".jpeg", ".jpg") for p in (d / split).glob("*"))
+            raise DatasetError(f"ImageNet: no JPEG files in the class folders under {d / split}"
+                               + (" (its JPEGs lie directly in it: sort them into class folders, "
+                                  "as train/ is)" if flat else ""))
         return paths, labels
 
     (train_paths, train_labels), val_files = files("train"), files("val")
@@ -289,6 +318,39 @@ def imagenet_datasets(data_dir: str, batch_size: int, rank: int, size: int,
            .map(lambda p, y: (_preprocess(tf.io.read_file(p), image_size), y), num_parallel_calls=tf.data.AUTOTUNE)
            .batch(batch_size).prefetch(tf.data.AUTOTUNE))
     return train, val, len(class_names), len(train_paths)
+
+
+def count_records(path: Path) -> int:
+    """The records of a TFRecord file, from their length headers alone (the data is skipped);
+    refused where the file is not TFRecords (a header past the end, a truncated record)."""
+    size, n, at = path.stat().st_size, 0, 0
+    with open(path, "rb") as f:
+        while at < size:
+            header = f.read(12)
+            length = struct.unpack("<Q", header[:8])[0] if len(header) == 12 else size
+            at += 12 + length + 4
+            if at > size:
+                raise DatasetError(f"ImageNet: {path} is not a TFRecord file (or is truncated): record {n} "
+                                   "runs past its end")
+            f.seek(at)
+            n += 1
+    if n == 0:
+        raise DatasetError(f"ImageNet: {path} holds no records")
+    return n
+
+
+def _check_labels(path: Path, classes: int, first: int = 64) -> None:
+    """The first records' labels lie in 1..classes (1-based, as build_imagenet_data writes)."""
+    import tensorflow as tf
+
+    try:
+        labels = [int(y) + 1 for _, y in tf.data.TFRecordDataset(str(path)).take(first).map(_parse_record)]
+    except tf.errors.OpError as e:
+        raise DatasetError(f"ImageNet: cannot read the records of {path}: {e.message.splitlines()[0]}") from None
+    bad = sorted({y for y in labels if not 1 <= y <= classes})
+    if bad:
+        raise DatasetError(f"ImageNet: {path} holds labels {bad[:5]} outside 1..{classes} (1-based "
+                           "image/class/label); give --num-classes, or check the files")
 
 
 def shuffled_passes(n: int, seed):

@@ -98,10 +98,12 @@ def run(args: argparse.Namespace) -> dict:
     torch.manual_seed(args.seed)
     if args.synthetic:
         steps = args.steps_per_epoch or 20
-        data = D.synthetic((28, 28, 1), 10, steps * args.batch_size, args.batch_size * 2, args.seed)
+        data = D.synthetic((28, 28, 1), 10, steps * args.batch_size * hvd.size(), args.batch_size * 2, args.seed)
     else:
         data = D.load_mnist(args.data_dir)
-    steps = args.steps_per_epoch or len(data.x_train) // (args.batch_size * hvd.size())
+        steps = args.steps_per_epoch or common.whole_steps(args.batch_size, hvd.size(), len(data.x_train))
+    common.check_ranks_agree(hvd.allgather_object(common.run_settings(args, steps, data.classes),
+                                                  name="horovod_q8.train.settings"))
     to_nchw = lambda a: np.ascontiguousarray(a.transpose(0, 3, 1, 2))  # noqa: E731
     x, y = to_nchw(data.x_train[hvd.rank()::hvd.size()]), data.y_train[hvd.rank()::hvd.size()]
     xt, yt = to_nchw(data.x_test[hvd.rank()::hvd.size()]), data.y_test[hvd.rank()::hvd.size()]

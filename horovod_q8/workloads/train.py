@@ -19,8 +19,9 @@ from typing import Callable, List, Optional
 from horovod_q8.cores import share
 from horovod_q8.workloads import checkpoint_errors as ckpt_errors
 from horovod_q8.workloads import common
-from horovod_q8.workloads.common import (DEFAULTS, HOROVOD_OWN, MLP_WIDTH, check_args, compressor_options,
-                                         epoch_seed, publish_summary, refuse, steady_rate, weights_sha1)
+from horovod_q8.workloads.common import (DEFAULTS, HOROVOD_OWN, IMAGENET_CLASSES, IMAGENET_SIZE, MLP_WIDTH, check_args,
+                                         compressor_options, epoch_seed, publish_summary, refuse, steady_rate,
+                                         weights_sha1)
 
 SHAPES = {"mnist": (28, 28, 1), "cifar10": (32, 32, 3)}
 STATE_DIR = "compression_state"  # under --checkpoint-dir: one folder per rank
@@ -30,11 +31,16 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
     return common.build_parser(parser, description=__doc__)
 
 
+def input_shape(args: argparse.Namespace) -> tuple:
+    size = getattr(args, "image_size", None) or IMAGENET_SIZE
+    return SHAPES.get(args.dataset, (size, size, 3))
+
+
 def build_model(args: argparse.Namespace, classes: int):
     """The dataset's own model, or the one `--model` names, for this dataset's input."""
     from horovod_q8.workloads.models import MODELS, mlp
 
-    shape = SHAPES.get(args.dataset, (args.image_size, args.image_size, 3))
+    shape = input_shape(args)
     if args.model == "mlp":
         return mlp(classes, shape, args.mlp_width or MLP_WIDTH)
     if args.dataset == "imagenet":
@@ -54,28 +60,36 @@ def _load_arrays(args, hvd):
     for ImageNet files, ("imagenet", epoch 0's (train, test) pipelines, classes, steps)."""
     from horovod_q8.workloads import datasets as D
 
-    shape = SHAPES.get(args.dataset, (args.image_size, args.image_size, 3))
+    shape = input_shape(args)
     if args.dataset == "imagenet" and not args.synthetic:
         if args.data_dir is None:
             raise D.DatasetError("ImageNet needs --data-dir (JPEG folders or TFRecords)")
         train, test, classes, n = _imagenet(args, hvd)
-        return "imagenet", (train, test), classes, args.steps_per_epoch or n // (args.batch_size * hvd.size())
+        steps = args.steps_per_epoch or common.whole_steps(args.batch_size, hvd.size(), n)
+        _agree(args, hvd, steps, classes)
+        return "imagenet", (train, test), classes, steps
     if args.synthetic:
-        classes = 1000 if args.dataset == "imagenet" else 10
+        classes = (args.num_classes or IMAGENET_CLASSES) if args.dataset == "imagenet" else 10
         steps = args.steps_per_epoch or 20
-        data = D.synthetic(shape, classes, steps * args.batch_size, args.batch_size * 2, args.seed)
+        data = D.synthetic(shape, classes, steps * args.batch_size * hvd.size(), args.batch_size * 2, args.seed)
     else:
         data = D.load_mnist(args.data_dir) if args.dataset == "mnist" else D.load_cifar10(args.data_dir)
         classes = data.classes
-    steps = args.steps_per_epoch or len(data.x_train) // (args.batch_size * hvd.size())
+        steps = args.steps_per_epoch or common.whole_steps(args.batch_size, hvd.size(), len(data.x_train))
+    _agree(args, hvd, steps, classes)
     return "arrays", data, classes, steps
+
+
+def _agree(args, hvd, steps: int, classes: int) -> None:
+    """Stop every rank with one sentence where the ranks' options or data disagree."""
+    common.check_ranks_agree(_everyone(common.run_settings(args, steps, classes), "settings"))
 
 
 def _imagenet(args, hvd):
     from horovod_q8.workloads import datasets as D
 
     return D.imagenet_datasets(args.data_dir, args.batch_size, hvd.rank(), hvd.size(),
-                               args.image_size, tfrecord_classes=args.num_classes)
+                               input_shape(args)[0], tfrecord_classes=args.num_classes)
 
 
 def _pipelines(args, hvd, tf, loaded, initial_epoch: int):
@@ -236,6 +250,31 @@ def _holds_residuals(tf, path: str) -> bool:
         return any("/residuals/" in name for name, _ in tf.train.list_variables(path))
 
 
+# Words of TensorFlow's errors that come from reading bad data, not from the model or Horovod.
+DATA_ERROR_WORDS = ("DecodeJpeg", "DecodeImage", "decode_jpeg", "ParseSingleExample", "ParseExample",
+                    "corrupted record", "Received a label value", "DataLossError")
+
+
+def _data_error(error: Exception, data_dir: Optional[str], what: str = "") -> Optional[Exception]:
+    """A DatasetError naming the data folder for a training error caused by its files, else None."""
+    from horovod_q8.workloads.datasets import DatasetError
+
+    text = what or str(getattr(error, "message", error))
+    if not what and not any(w in text or w in type(error).__name__ for w in DATA_ERROR_WORDS):
+        return None
+    return DatasetError(f"reading the training data under {data_dir} failed: {_reason(text)}; "
+                        "check its files (a corrupt image, a label outside the classes, a file that is not what "
+                        "its name says)")
+
+
+def _reason(message: str) -> str:
+    """The line of a TensorFlow error that says what went wrong (not where), and its op."""
+    noise = ("Graph execution error", "Detected at node", "File ", "<stack", "[[")
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip() and not ln.strip().startswith(noise)]
+    node = next((ln.split("node ")[1].split()[0] for ln in message.splitlines() if "Detected at node " in ln), None)
+    return (lines[0] if lines else message.strip())[:300] + (f" (in {node})" if node else "")
+
+
 def _everyone(value, name: str) -> list:
     """Every rank's `value`, in rank order (also a barrier)."""
     import horovod.tensorflow as hvd_tf
@@ -369,9 +408,16 @@ def run(args: argparse.Namespace) -> dict:
     timer = _step_timer(tf)
     callbacks.append(timer)
     start = time.perf_counter()
-    hist = model.fit(train, steps_per_epoch=steps, epochs=args.epochs, initial_epoch=initial_epoch,
-                     validation_data=test, callbacks=callbacks,
-                     verbose=args.verbose if hvd.rank() == 0 else 0)
+    try:
+        hist = model.fit(train, steps_per_epoch=steps, epochs=args.epochs, initial_epoch=initial_epoch,
+                         validation_data=test, callbacks=callbacks,
+                         verbose=args.verbose if hvd.rank() == 0 else 0)
+    except tf.errors.OpError as e:
+        raise _data_error(e, args.data_dir) or e
+    except ValueError as e:  # Keras' "Unexpected result of train_function (Empty logs)": no batch came
+        if "Empty logs" not in str(e):
+            raise
+        raise _data_error(e, args.data_dir, "no training batch could be read") from None
     wall = time.perf_counter() - start
     epochs_run = max(0, args.epochs - initial_epoch)
     shapes = [tuple(v.shape) for v in model.trainable_variables]
