@@ -56,3 +56,17 @@ def test_steady_rate_leaves_out_the_time_between_epochs():
     with_validation = [[0.0, 1.0, 2.0, 2.5, 3.0], [30.0, 30.5, 31.0]]  # 27 s of validation between
     assert steady_rate(with_validation, 8) == pytest.approx(4 * 8 / 2.0)
     assert steady_rate([[0.0, 1.0]], 8) == 0.0
+
+
+def test_bench_training_options_checked_before_any_run():
+    from horovod_q8.bench import training
+    args = training.build_parser().parse_args(["--compressions", "auto,q9", "--pipeline-elements", "-5",
+                                               "--data-dir", "/data"])
+    problems = "; ".join(training.check_args(args))
+    assert "--pipeline-elements must be >= 0" in problems and "unknown 'q9'" in problems
+    assert "auto" not in problems.split("unknown")[1].split(";")[0]  # auto is a compression train takes
+    assert "--data-dir applies with --real-data" in problems
+    args = training.build_parser().parse_args(["cifar10", "--real-data", "--data-dir", "/data/cifar"])
+    assert training.check_args(args) == []
+    cmd = training.train_command(args, "q8", "s.json")
+    assert cmd[cmd.index("--data-dir") + 1] == "/data/cifar" and "--synthetic" not in cmd

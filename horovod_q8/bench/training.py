@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from horovod_q8.cores import share, usable_cores
-from horovod_q8.formats import COMPRESSION_NAMES
-from horovod_q8.workloads.common import ARCHITECTURES, DATASETS, HOROVOD_OWN, horovodrun, number_problems, refuse
+from horovod_q8.workloads.common import (ARCHITECTURES, DATASETS, HOROVOD_OWN, TRAIN_COMPRESSIONS, horovodrun,
+                                         number_problems, refuse)
 
 MINIMUMS = (("ranks", 2, "one rank sends nothing"), ("batch_size", 1, ""), ("steps_per_epoch", 3, ""),
-            ("epochs", 1, ""))
+            ("epochs", 1, ""), ("pipeline_elements", 0, "0 sends every bucket whole"))
 
 
 def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
@@ -40,6 +40,7 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
     p.add_argument("--epochs", type=int, default=2, help="images/s is taken after the first 2 batches")
     p.add_argument("--pipeline-elements", type=int, default=None, help="passed to train for q-formats")
     p.add_argument("--real-data", action="store_true", help="the dataset's files instead of --synthetic")
+    p.add_argument("--data-dir", default=None, help="with --real-data: the dataset's folder (train's --data-dir)")
     p.add_argument("--stock", action="store_true",
                    help="no --fused: hvd.DistributedOptimizer(opt, compression=...) as users write it")
     p.add_argument("--no-compute-run", action="store_true", help="skip the one-rank compute-only run")
@@ -49,9 +50,12 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
 
 def check_args(args: argparse.Namespace) -> List[str]:
     problems = number_problems(args, MINIMUMS)
-    unknown = [n for n in args.compressions.split(",") if n not in COMPRESSION_NAMES]
+    unknown = [n for n in args.compressions.split(",") if n not in TRAIN_COMPRESSIONS]
     if unknown:
-        problems.append(f"--compressions: unknown {', '.join(map(repr, unknown))}")
+        problems.append(f"--compressions: unknown {', '.join(map(repr, unknown))}; choose from "
+                        f"{', '.join(TRAIN_COMPRESSIONS)}")
+    if args.data_dir is not None and not args.real_data:
+        problems.append("--data-dir applies with --real-data (else the data is synthetic)")
     return problems
 
 
@@ -63,7 +67,7 @@ def train_command(args: argparse.Namespace, compression: str, summary: Path) -> 
     cmd += [] if args.mlp_width is None else ["--mlp-width", str(args.mlp_width)]
     if args.pipeline_elements is not None and compression not in HOROVOD_OWN:
         cmd += ["--pipeline-elements", str(args.pipeline_elements)]
-    cmd += [] if args.real_data else ["--synthetic"]
+    cmd += (["--data-dir", args.data_dir] if args.data_dir else []) if args.real_data else ["--synthetic"]
     cmd += [] if args.stock or compression in HOROVOD_OWN else ["--fused"]
     return cmd
 
