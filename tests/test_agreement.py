@@ -33,6 +33,19 @@ def test_a_difference_is_named_on_the_rank_that_sees_it():
         A.check_same(a, [a, c], 0)
 
 
+def test_other_gradients_under_the_same_settings_are_named_as_such():
+    from horovod_q8.collective import policy
+    q8 = Setting(get("q8")).fingerprint()
+    a = {"compression": q8, "gradients": policy.gradients_statement(["w float32 (3,)", "None"])}
+    b = {"compression": q8, "gradients": policy.gradients_statement(["w float32 (3,)", "v float32 (3,)"])}
+    with pytest.raises(A.ConfigMismatchError, match="reduce different gradients: gradients='2 gradients, 1 of them "
+                                                    "None .*same variables in the same order"):
+        A.check_same(a, [a, b], 0)
+    c = dict(b, compression=Setting(get("q4")).fingerprint())
+    with pytest.raises(A.ConfigMismatchError, match="different compression settings"):  # settings first
+        A.check_same(a, [a, c], 0)
+
+
 def test_agreements_are_numbered_per_label_and_once_is_once():
     names = []
 

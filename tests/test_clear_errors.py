@@ -192,3 +192,31 @@ def test_an_unexpected_error_keeps_its_traceback(tmp_path):
     assert cli_module.is_user_error(ce.CheckpointError("x"))
     assert not cli_module.is_user_error(IndexError("Read less bytes than requested"))
     assert not cli_module.is_user_error(RuntimeError("bug"))
+
+
+MIXED_THRESHOLDS = """
+import horovod.tensorflow as hvd, tensorflow as tf
+from horovod_q8.tensorflow import DistributedGradientTape, compressor
+from horovod_q8.tensorflow.compressor import ScaledThresholdsError
+hvd.init()
+tf.keras.mixed_precision.set_global_policy("mixed_float16")
+w = tf.Variable(tf.ones(5000))
+for name in ("twobit", "q4_threshold", "q4"):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(w * w)
+    try:
+        DistributedGradientTape(tape, compression=compressor(name)).gradient(loss, [w])
+        print(name, "ran")
+    except ScaledThresholdsError as e:
+        print(name, "refused:", e)
+"""
+
+
+def test_threshold_formats_are_refused_under_loss_scaling():
+    """mixed_float16's loss scale (up to 2**15) would saturate the threshold formats' fixed
+    levels (twobit's largest update fell from 5.0e-2 to 6.1e-6); q8 and q4 scale per block."""
+    out = subprocess.run([sys.executable, "-c", MIXED_THRESHOLDS], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "twobit refused: horovod_q8: twobit sends fixed levels" in out.stdout
+    assert "q4_threshold refused:" in out.stdout and "q4 ran" in out.stdout, out.stdout

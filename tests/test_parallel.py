@@ -63,6 +63,16 @@ def test_mismatched_settings_stop_with_a_clear_error(what):
     assert time.monotonic() - t0 < 120
 
 
+@pytest.mark.parametrize("what,expected", [("variable_order", "3 gradients, 0 of them None"),
+                                           ("unused_on_one_rank", "3 gradients, 1 of them None")])
+def test_ranks_reducing_different_gradients_stop_with_a_clear_error(what, expected):
+    """The same buckets but other variables at a position (another order, None on one rank only):
+    summed, they would mix unrelated gradients; Horovod's own allreduce would wait forever."""
+    rc, out = run(2, "config_mismatch.py", what, timeout=300)
+    assert rc == 0 and out.count("MISMATCH-DETECTED") == 2, out[-4000:]
+    assert "reduce different gradients" in out and expected in out, out[-4000:]
+
+
 @pytest.mark.parametrize("what,expected", [("auto_vs_q8", "'q8' there"), ("auto_override", "override=None here vs 'q8' there"),
                                            ("auto_allow", "allow=")])
 def test_auto_mismatch_stops_every_rank_with_a_clear_error(what, expected):

@@ -89,6 +89,11 @@ def test_mpi_controller():
     run(3, "q8", "codebook", "any_order", "optimizer", controller="--mpi")
 
 
+def test_parameter_order_may_differ_by_rank():
+    out = run(2, "q8", "parameter_order", timeout=600)
+    assert "named_parameters in another order on rank 1 ok" in out, out[-3000:]
+
+
 def test_mismatched_settings_stop_every_rank():
     out = run(2, "q8", "config_mismatch", timeout=300)
     assert out.count("mismatched settings detected") == 2, out[-3000:]

@@ -51,6 +51,18 @@ def describe(compression: Any) -> Any:
     return _BUILTIN.get(cls.__name__, f"{cls.__module__}.{cls.__qualname__}")
 
 
+# Statement keys that describe the model's gradients, not the compression settings.
+MODEL_KEYS = ("gradients", "buckets", "parameters")
+
+
+def _model_only(mine: Any, theirs: Any) -> bool:
+    """The statements differ only where they describe the gradients (the settings agree)."""
+    if not (isinstance(mine, dict) and isinstance(theirs, dict)):
+        return False
+    differ = {k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k)}
+    return bool(differ) and differ <= set(MODEL_KEYS)
+
+
 def _is_auto(value: Any) -> bool:
     return isinstance(value, dict) and set(value) == {"auto"}
 
@@ -80,6 +92,12 @@ def check_same(mine: Any, everyone: Sequence[Any], rank: int) -> None:
     for other, theirs in enumerate(everyone):
         if theirs != mine:
             detail = _detail(mine, theirs)
+            if _model_only(mine, theirs):
+                raise ConfigMismatchError(
+                    f"horovod_q8: rank {rank} and rank {other} reduce different gradients: {detail}. Every rank "
+                    "must hand its optimizer the same variables in the same order, each with a gradient or "
+                    "each without (a variable unused on some ranks only, or a model built differently); "
+                    "Horovod's own allreduce would wait forever here.")
             raise ConfigMismatchError(
                 f"horovod_q8: rank {rank} and rank {other} use different compression settings: {detail}. "
                 "Start every rank with the same compression options (a rank that compresses runs "

@@ -94,6 +94,17 @@ def plan_statement(fusion_bytes: int, bucket_elements: Sequence[int]) -> dict:
     return {"fusion_bytes": int(fusion_bytes), "buckets": f"{len(sizes)} of {sum(sizes)} elements in all ({digest})"}
 
 
+def gradients_statement(entries: Sequence[str]) -> str:
+    """What ranks compare about the gradients a bucketed reducer is handed, position by position
+    (each entry: None, or its name as Horovod's own allreduce would send it, dtype and shape):
+    ranks that list other variables, in another order, or with a gradient where another has
+    None would otherwise sum unrelated gradients where Horovod's own allreduce waits forever."""
+    entries = list(entries)
+    digest = hashlib.sha256(json.dumps(entries).encode()).hexdigest()[:12]
+    missing = sum(e == "None" for e in entries)
+    return f"{len(entries)} gradients, {missing} of them None ({digest})"
+
+
 def bucket_group(setting: Setting, shapes: Sequence[tuple], members: Sequence[int]) -> str:
     """The layer group a bucket is quantized in (one group per bucket when the format has groups)."""
     return layer_group(len(shapes[members[0]])) if setting.format.level_groups else "other"

@@ -153,8 +153,32 @@ def agree(compression: Any, label: str, once: bool = False, **more: Any) -> None
                                                      {"compression": describe(compression), **more}, label)
 
 
+class RefusedOption(ValueError):
+    """An option horovod_q8 cannot honour, said in one sentence even from inside tf.function."""
+
+    ag_pass_through = True  # raised as is from inside tf.function, not wrapped in a traceback
+
+
+class ScaledThresholdsError(RefusedOption):
+    """A threshold format under Keras' float16 mixed precision, whose gradients are loss-scaled."""
+
+
+def refuse_scaled_thresholds(comp: Setting) -> None:
+    """The threshold formats send fixed levels; under the float16 policy Keras' LossScaleOptimizer
+    hands Horovod gradients scaled by up to 2**15, so every level saturates and the update after
+    unscaling is nearly nothing (twobit: the largest update fell from 5.0e-2 to 6.1e-6)."""
+    if isinstance(comp, Setting) and comp.format.kind != formats.CODEBOOK \
+            and tf.keras.mixed_precision.global_policy().compute_dtype == "float16":
+        raise ScaledThresholdsError(
+            f"horovod_q8: {comp.format.name} sends fixed levels, but under the mixed_float16 policy the loss "
+            "scale multiplies every gradient Horovod is handed, so its levels would clip them; use q8 or q4 "
+            "(scaled per block), or a float32 / mixed_bfloat16 policy")
+
+
 def check_same_config(comp: Setting) -> None:
-    """Once per setting and process: every rank must use exactly the same settings."""
+    """Once per setting and process: every rank must use exactly the same settings (and a
+    threshold format is refused under loss scaling)."""
+    refuse_scaled_thresholds(comp)
     agree(comp, "compressor", once=True)
 
 

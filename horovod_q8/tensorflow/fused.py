@@ -15,7 +15,8 @@ import tensorflow as tf
 
 from horovod_q8.collective import bucket_parts, policy
 from horovod_q8.tensorflow import compressed_sum as C
-from horovod_q8.tensorflow.compressor import Q8Compressor, agree, check_same_config, horovod_plain, tell_uncompressed
+from horovod_q8.tensorflow.compressor import (Q8Compressor, agree, check_same_config, horovod_plain,
+                                             RefusedOption, refuse_scaled_thresholds, tell_uncompressed)
 from horovod_q8.tensorflow.state import CompressionState
 from horovod_q8.tensorflow.transport import PhaseOrder
 
@@ -24,7 +25,7 @@ DEFAULT_FUSION_BYTES = policy.DEFAULT_FUSION_BYTES
 
 def check_op(op) -> None:
     if op not in (hvd.Average, hvd.Sum):
-        raise ValueError("horovod_q8 supports op=hvd.Average and op=hvd.Sum; Adasum, Min, Max "
+        raise RefusedOption("horovod_q8 supports op=hvd.Average and op=hvd.Sum; Adasum, Min, Max "
                          "and Product cannot be computed from quantized codes")
 
 
@@ -54,7 +55,7 @@ class FusedReducer(tf.Module):
         super().__init__(name="horovod_q8_reducer")
         check_op(op)
         if gradient_predivide_factor <= 0:
-            raise ValueError(f"gradient_predivide_factor must be > 0, got {gradient_predivide_factor}")
+            raise RefusedOption(f"gradient_predivide_factor must be > 0, got {gradient_predivide_factor}")
         self.prefix = name
         self.compression = compression
         self.sparse_as_dense = sparse_as_dense
@@ -66,6 +67,7 @@ class FusedReducer(tf.Module):
         # A transient reducer (a tape's, rebuilt every step) finds its state by what it
         # differentiates, so the state outlives it and two models' tapes never share one.
         self.transient = transient
+        self.generic_names = False  # use_generic_names of the last call, as Horovod takes it
         self.state = CompressionState()
         self.auto = getattr(compression, "auto_state", None) is not None  # an AutoCompressor
         self.auto_calibration = tf.Variable("", trainable=False, name="horovod_q8_auto_calibration") \
@@ -75,9 +77,24 @@ class FusedReducer(tf.Module):
     def __call__(self, grads, vars=None, use_generic_names=False):
         if self.transient:
             self.state = shared_state(self.compression, self.prefix, vars)
+        self.generic_names = use_generic_names
         if self._eager_fn is not None and tf.executing_eagerly():
             return self._eager_fn(grads)
         return self._reduce(grads)
+
+    def _gradient_entries(self, grads) -> List[str]:
+        """Each gradient as the ranks compare it: None, or Horovod's name for it (its position
+        under use_generic_names, as Horovod's grad_<i>), dtype and shape."""
+        out = []
+        for i, g in enumerate(grads):
+            if g is None:
+                out.append("None")
+                continue
+            t = g.values if isinstance(g, tf.IndexedSlices) else g
+            name = f"grad_{i}" if self.generic_names else getattr(t, "name", f"grad_{i}")
+            kind = "sparse " if isinstance(g, tf.IndexedSlices) else ""
+            out.append(f"{kind}{name} {t.dtype.name} {t.shape}")
+        return out
 
     def _reduce(self, grads):
         op, pre, post, name = self.op, self.pre, self.post, self.prefix
@@ -89,6 +106,7 @@ class FusedReducer(tf.Module):
                      and g.dtype.is_floating and g.shape.is_fully_defined()]
             fused_set = set(fused)
             n_ranks = hvd.size()
+            refuse_scaled_thresholds(self.compression)
             if n_ranks > 1:
                 check_same_config(self.compression)
                 self._auto_calibrated()
@@ -106,7 +124,8 @@ class FusedReducer(tf.Module):
             buckets = policy.plan_buckets(shapes, self.fusion_bytes, 4, by_group)
             sizes = [sum(policy.numel(shapes[m]) for m in members) for members in buckets]
             if n_ranks > 1:
-                agree(self.compression, "fused_buckets", once=True, **policy.plan_statement(self.fusion_bytes, sizes))
+                agree(self.compression, "fused_buckets", once=True, **policy.plan_statement(self.fusion_bytes, sizes),
+                      gradients=policy.gradients_statement(self._gradient_entries(grads)))
             chosen = self.compression.for_step(sizes, self.prefix) if auto and n_ranks > 1 \
                 else [self.compression] * len(buckets)
             order = PhaseOrder()  # buckets in the same order on every rank, phases overlapping

@@ -23,6 +23,8 @@ import horovod
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
+from horovod_q8.tensorflow.compressor import RefusedOption
+
 KNOWN_VERSIONS = ("0.28.",)
 KNOWN_PARAMETERS = ("name", "device_dense", "device_sparse", "compression", "sparse_as_dense", "op",
                     "gradient_predivide_factor", "groups", "process_set")
@@ -79,7 +81,7 @@ def _make(name, device_dense, device_sparse, compression, sparse_as_dense, op,
         refused.append("a non-global process_set (horovod_q8 reduces over every rank; use the "
                        "global process set or hvd.Compression.fp16 for a subset)")
     if refused:
-        raise ValueError("horovod_q8 compression cannot honour " + "; ".join(refused))
+        raise RefusedOption("horovod_q8 compression cannot honour " + "; ".join(refused))
     return FusedReducer(name, compression, sparse_as_dense, op, gradient_predivide_factor,
                         getattr(_local, "fusion_bytes", DEFAULT_FUSION_BYTES),
                         transient=transient)

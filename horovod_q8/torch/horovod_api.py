@@ -120,7 +120,7 @@ def install() -> bool:
         named_parameters = None if named_parameters is None else named
         # every rank, whatever it compresses, says so (under elastic Horovod: not at build time)
         if hvd_agreement.is_global(process_set) and not generation.elastic():
-            hvd_agreement.agree(hvd_agreement.statement(compression, named), "DistributedOptimizer")
+            hvd_agreement.agree(hvd_agreement.statement(compression, named, by_name=True), "DistributedOptimizer")
         return o["DistributedOptimizer"](optimizer, named_parameters, compression, *args, **kwargs)
 
     def allreduce_grad_async(self, p):

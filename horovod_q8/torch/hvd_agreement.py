@@ -19,12 +19,14 @@ def _gather(obj: Any, name: str) -> list:
     return hvd.allgather_object(obj, name=name)
 
 
-def statement(compression: Any, parameters: Optional[Sequence] = None, **more: Any) -> dict:
+def statement(compression: Any, parameters: Optional[Sequence] = None, by_name: bool = False, **more: Any) -> dict:
     """What this rank will do: its compression and, for an optimizer, a digest of its parameters
+    in order, or (by_name: Horovod's own optimizer, which matches gradients by name) by name
     (and `more`, plain JSON values: its buckets)."""
     out = {"compression": describe(compression), **more}
     if parameters is not None:
-        digest = hashlib.sha256(json.dumps([[n, list(p.shape)] for n, p in parameters]).encode()).hexdigest()
+        listed = [[n, list(p.shape)] for n, p in parameters]
+        digest = hashlib.sha256(json.dumps(sorted(listed) if by_name else listed).encode()).hexdigest()
         out["parameters"] = f"{len(parameters)} tensors, shapes and names {digest[:12]}"
     return out
 
@@ -37,6 +39,20 @@ def agree(mine: dict, label: str, once: bool = False) -> None:
     if hvd.size() < 2:
         return
     (AGREEMENTS.once if once else AGREEMENTS.agree)(_gather, hvd.rank(), mine, label)
+
+
+def in_rank0_order(named: Sequence) -> list:
+    """(name, parameter) pairs in rank 0's order where the ranks name the same parameters in
+    other orders (Horovod's own optimizer matches them by name; the fused one buckets them in
+    order), else as given (the agreement then names the difference)."""
+    import horovod.torch as hvd
+
+    names = [n for n, _ in named]
+    theirs = hvd.broadcast_object(names, root_rank=0, name=AGREEMENTS.name("parameter_order"))
+    if theirs == names or sorted(theirs) != sorted(names):
+        return list(named)
+    where = {n: i for i, n in enumerate(theirs)}
+    return sorted(named, key=lambda pair: where[pair[0]])
 
 
 def is_global(process_set: Any) -> bool:

@@ -82,6 +82,8 @@ class Reducer:
         self.warmup = compression.warmup_steps  # a fixed setting's, or Auto's quantized formats'
         self.steps_agreed = False  # see agree_steps
         by_group = compression.level_groups if self.auto else bool(compression.format.level_groups)
+        if hvd.size() > 1 and not generation.elastic():
+            self.named = hvd_agreement.in_rank0_order(self.named)
         for device, members in _by_device(self.named):
             shapes = [tuple(p.shape) for _, p in members]
             plan = policy.plan_buckets(shapes, fusion_bytes, 4, by_group)

@@ -9,6 +9,10 @@ directly, as a script without horovod_q8 would): rank 0's watchdog ends the job 
 "auto_allow" (rank 1 allows q4 too): ConfigMismatchError on every rank, before any calibration.
 "fusion_bytes" (both q8, the fused tape's buckets 64 MiB on rank 0, 1 MiB on rank 1, so their
 buckets differ): ConfigMismatchError on every rank, before any bucket is sent.
+"variable_order" (both q8, rank 1 hands the fused tape two same-shaped variables in the other
+order) and "unused_on_one_rank" (rank 1's loss leaves one variable out, so its gradient is None
+there): the same buckets, but the sum would add unrelated gradients (Horovod's own allreduce
+waits forever): ConfigMismatchError on every rank, naming the gradients.
 """
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ elif sys.argv[1] == "auto_override":
     if hvd.rank() == 1:
         os.environ["HOROVOD_Q8_AUTO"] = "q8"
     comp = compressor("auto")
-elif sys.argv[1] == "fusion_bytes":
+elif sys.argv[1] in ("fusion_bytes", "variable_order", "unused_on_one_rank"):
     comp = compressor("q8")
 elif sys.argv[1] == "auto_allow":
     comp = compressor("auto", allow=("none", "fp16", "q8") if hvd.rank() == 0 else ("none", "fp16", "q8", "q4"))
@@ -55,6 +59,19 @@ try:
                 loss = tf.reduce_sum(ws[0] * ws[1])
             tape = DistributedGradientTape(tape, compression=comp, fusion_bytes=64 << 20 if hvd.rank() == 0 else 1 << 20)
             return tape.gradient(loss, ws)
+        step()
+    elif sys.argv[1] in ("variable_order", "unused_on_one_rank"):
+        from horovod_q8.tensorflow import DistributedGradientTape
+        a, b, c = (tf.Variable(tf.ones(3000) * k) for k in (1.0, 2.0, 3.0))
+        listed = [b, a, c] if sys.argv[1] == "variable_order" and hvd.rank() == 1 else [a, b, c]
+
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(a * a) + tf.reduce_sum(3.0 * b)
+                if not (sys.argv[1] == "unused_on_one_rank" and hvd.rank() == 1):
+                    loss += tf.reduce_sum(c)
+            return DistributedGradientTape(tape, compression=comp).gradient(loss, listed)
         step()
     elif sys.argv[1] == "optimizer_none":
         import horovod.tensorflow.keras as hvd_keras
