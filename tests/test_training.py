@@ -49,6 +49,10 @@ def test_short_training_learns_and_resumes(case, tmp_path):
     assert summary["bytes_per_step"] > 0 and summary["test_accuracy"] is not None
     out, summary = train(case, data, extra, ckpt, tmp_path / "b.json", epochs=4)
     assert "at epoch 3" in out and len(summary["loss_per_epoch"]) == 1
+    if case == "mnist":  # once more, done already and with another format: said, not silent
+        out, _ = train(case, data, [*extra, "--compression", "q4"], ckpt, tmp_path / "c.json", epochs=4)
+        assert "nothing to train: the checkpoint is at epoch 4 and --epochs is 4" in out, out[-3000:]
+        assert "the checkpoint was trained with --compression q8, this run uses q4" in out, out[-3000:]
 
 
 def test_missing_dataset_is_a_clear_error(tmp_path):

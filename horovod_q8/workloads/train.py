@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import math
 import time
 from pathlib import Path
@@ -155,6 +156,22 @@ def compression_state(optimizer, comp):
         return state_of(optimizer)
     except TypeError:
         return comp.state if isinstance(comp, Q8Compressor) else None
+
+
+RUN_RECORD = "horovod_q8_run.json"  # under --checkpoint-dir: what the run that wrote it used
+
+
+def _run_record(directory: str, record: Optional[dict] = None) -> dict:
+    """The record of the last run that wrote `directory` ({} if none); written when given."""
+    path = Path(directory) / RUN_RECORD
+    if record is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record))
+        return record
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 class _EpochCheckpoint:
@@ -400,6 +417,16 @@ def run(args: argparse.Namespace) -> dict:
         initial_epoch = ckpt.restore()
         if initial_epoch and hvd.rank() == 0:
             print(f"resumed from {args.checkpoint_dir} at epoch {initial_epoch}", flush=True)
+            if initial_epoch >= args.epochs:
+                print(f"nothing to train: the checkpoint is at epoch {initial_epoch} and --epochs is {args.epochs}; "
+                      "give a larger --epochs to train on", flush=True)
+            written = _run_record(args.checkpoint_dir).get("compression")
+            if written not in (None, args.compression):
+                print(f"note: the checkpoint was trained with --compression {written}, this run uses "
+                      f"{args.compression} (the weights carry on; another format's error-feedback residuals do not)",
+                      flush=True)
+        if hvd.rank() == 0:
+            _run_record(args.checkpoint_dir, {"compression": args.compression})
         callbacks.append(ckpt.callback(tf))
     train, test, _, _ = _pipelines(args, hvd, tf, loaded, initial_epoch)
     if hvd.rank() == 0 and args.log_dir:
