@@ -105,6 +105,9 @@ def test_hybrid_accepts_its_defaults():
     (["--compressions", "q8,q9"], "--compressions: unknown 'q9'"),
     (["--compressions", "q8,"], "--compressions: unknown ''"),
     (["--compressions", "q8,q8"], "--compressions names one twice"),
+    (["--dataset", "imagenet"], "--dataset imagenet needs --data-dir"),
+    (["--dataset", "cifar10", "--framework", "torch"], "--framework torch trains mnist only"),
+    (["--batch-size", "0"], "--batch-size must be >= 1"),
 ])
 def test_compare_refuses(argv, message):
     problems = compare.check_args(compare.build_parser().parse_args(argv))
@@ -113,6 +116,8 @@ def test_compare_refuses(argv, message):
 
 def test_compare_accepts_its_defaults():
     assert compare.check_args(compare.build_parser().parse_args([])) == []
+    args = compare.build_parser().parse_args(["--dataset", "cifar10", "--data-dir", "/d", "--steps-per-epoch", "5"])
+    assert compare.check_args(args) == []
 
 
 # --- through the real entry point, with TensorFlow and Horovod made unimportable ------------

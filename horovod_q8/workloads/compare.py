@@ -1,5 +1,6 @@
 """`horovod-q8 compare`: the main job. One 2-process Horovod training per compression on real
-data (MNIST when it can be downloaded, else Fashion-MNIST offline), then one table."""
+data (MNIST when it can be downloaded, else Fashion-MNIST offline; or --dataset cifar10 /
+imagenet with their --data-dir), then one table."""
 from __future__ import annotations
 
 import argparse
@@ -12,20 +13,24 @@ from pathlib import Path
 from typing import List, Optional
 
 from horovod_q8.workloads.datasets import FASHION_MNIST_DIR
-from horovod_q8.workloads.common import TRAIN_COMPRESSIONS, horovodrun, number_problems, refuse
+from horovod_q8.workloads.common import DATASETS, TRAIN_COMPRESSIONS, horovodrun, number_problems, refuse
 
 MINIMUMS = (("np", 2, "one process sends nothing, so every compression would look alike"),
-            ("epochs", 1, "0 trains and evaluates nothing"))
+            ("epochs", 1, "0 trains and evaluates nothing"), ("batch_size", 1, ""), ("steps_per_epoch", 1, ""))
 
 
 def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
     p = p or argparse.ArgumentParser(prog="horovod-q8 compare", description=__doc__)
+    p.add_argument("--dataset", choices=DATASETS, default="mnist")
     p.add_argument("--compressions", default="none,fp16,q8,q4,auto")
     p.add_argument("--np", type=int, default=2, help="processes (localhost, Gloo)")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-dir", default="auto",
-                   help="IDX folder; 'auto': Keras' MNIST if downloadable, else Fashion-MNIST")
+                   help="the dataset's folder; 'auto': for mnist Keras' MNIST if downloadable, else "
+                        "Fashion-MNIST; for cifar10 Keras' download")
+    p.add_argument("--batch-size", type=int, default=None, help="per rank (train's default for the dataset)")
+    p.add_argument("--steps-per-epoch", type=int, default=None, help="default: whole epochs")
     p.add_argument("--stock", action="store_true", help="hvd.DistributedOptimizer instead of the fused path")
     p.add_argument("--framework", choices=("tensorflow", "torch"), default="tensorflow",
                    help="torch: `train --framework torch` (hvd.DistributedOptimizer, which builds "
@@ -44,6 +49,10 @@ def check_args(args: argparse.Namespace) -> List[str]:
                         f"choose from {', '.join(TRAIN_COMPRESSIONS)}")
     elif len(set(chosen)) < len(chosen):
         problems.append(f"--compressions names one twice: {args.compressions}")
+    if args.dataset == "imagenet" and args.data_dir == "auto":
+        problems.append("--dataset imagenet needs --data-dir (JPEG folders or TFRecords)")
+    if args.framework == "torch" and args.dataset != "mnist":
+        problems.append("--framework torch trains mnist only")
     return problems
 
 
@@ -60,8 +69,10 @@ def run(args: argparse.Namespace) -> int:
     from horovod_q8.bench.common import machine, markdown
 
     data_dir: Optional[str] = args.data_dir
-    dataset = "given IDX files"
-    if data_dir == "auto":
+    dataset = f"{args.dataset} from {data_dir}"
+    if data_dir == "auto" and args.dataset != "mnist":
+        data_dir, dataset = None, f"{args.dataset} (Keras download)"
+    elif data_dir == "auto":
         if _mnist_downloadable():
             data_dir, dataset = None, "MNIST (Keras download)"
         else:
@@ -74,10 +85,13 @@ def run(args: argparse.Namespace) -> int:
     for name in args.compressions.split(","):
         summary = out / f"{name}.json"
         cmd = [horovodrun(), "-np", str(args.np), "-H", f"localhost:{args.np}", "--gloo",
-               sys.executable, "-m", "horovod_q8.cli", "train", "mnist", "--compression", name,
+               sys.executable, "-m", "horovod_q8.cli", "train", args.dataset, "--compression", name,
                "--epochs", str(args.epochs), "--seed", str(args.seed), "--verbose", "2",
                "--results-json", str(summary)]
         cmd += [] if data_dir is None else ["--data-dir", data_dir]
+        for option in ("batch_size", "steps_per_epoch"):
+            if getattr(args, option) is not None:
+                cmd += [f"--{option.replace('_', '-')}", str(getattr(args, option))]
         if args.framework == "torch":
             cmd += ["--framework", "torch"]
         elif not args.stock:
