@@ -120,6 +120,8 @@ def install() -> bool:
         named_parameters = None if named_parameters is None else named
         # every rank, whatever it compresses, says so (under elastic Horovod: not at build time)
         if hvd_agreement.is_global(process_set) and not generation.elastic():
+            if hvd.size() > 1:
+                hvd_agreement.in_rank0_order(named)  # as the fused optimizer does (Horovod matches by name)
             hvd_agreement.agree(hvd_agreement.statement(compression, named, by_name=True), "DistributedOptimizer")
         return o["DistributedOptimizer"](optimizer, named_parameters, compression, *args, **kwargs)
 

@@ -7,7 +7,7 @@ import hashlib
 import json
 from typing import Any, Dict, Optional, Sequence
 
-from horovod_q8.collective.agreement import Agreements, describe
+from horovod_q8.collective.agreement import Agreements, describe, timeout_s, watchdog
 from horovod_q8.torch import generation
 
 AGREEMENTS = Agreements()
@@ -44,11 +44,15 @@ def agree(mine: dict, label: str, once: bool = False) -> None:
 def in_rank0_order(named: Sequence) -> list:
     """(name, parameter) pairs in rank 0's order where the ranks name the same parameters in
     other orders (Horovod's own optimizer matches them by name; the fused one buckets them in
-    order), else as given (the agreement then names the difference)."""
+    order), else as given (the agreement then names the difference). Every optimizer build
+    calls it, fused or Horovod's own, so the builds' collectives line up whichever a rank runs;
+    a rank that never comes is caught by the agreement's watchdog."""
     import horovod.torch as hvd
 
     names = [n for n, _ in named]
-    theirs = hvd.broadcast_object(names, root_rank=0, name=AGREEMENTS.name("parameter_order"))
+    label = AGREEMENTS.name("parameter_order")
+    with watchdog(timeout_s(), hvd.rank(), f"the collective {label!r}"):
+        theirs = _gather(names, label)[0]
     if theirs == names or sorted(theirs) != sorted(names):
         return list(named)
     where = {n: i for i, n in enumerate(theirs)}
