@@ -12,7 +12,8 @@ two decodes: one fma per value with a correction held in a register, and a table
 values, one load per two codes), and `same bytes as shipped` says which rows give the
 shipped kernel's bytes. Numba rows run this tree's
 Numba kernels (`HOROVOD_Q8_NATIVE=0`, one thread) beside Numba loops without the search or the
-lookups. Rounds interleave the rows; the minimum is kept.
+lookups, and one exact alternative search: the AVX-512 kernel's segment estimate, the segment's
+constants picked by chains of selects (vectorisable: no table read). Rounds interleave the rows; the minimum is kept.
 """
 from __future__ import annotations
 
@@ -33,10 +34,11 @@ from numba import njit  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from horovod_q8.backends import cpu, native  # noqa: E402
+from horovod_q8.backends import cpu, cpu_kernels, native  # noqa: E402
 from horovod_q8.bench.common import machine  # noqa: E402
 from horovod_q8.collective.transport import AlignedPool  # noqa: E402
 from horovod_q8.formats import spec  # noqa: E402
+from horovod_q8.formats.codebooks import tables  # noqa: E402
 
 SOURCE = REPO / "kernels" / "codec_avx2.c"
 TARGETS = {"avx2": 1.5, "numba": 2.5}  # (encode + decode) / copy, issue 34
@@ -220,6 +222,70 @@ def _numba_decode_floor(codes, block, scales, out):
             os_[i] = np.float32(cs[i]) * sc
 
 
+def _chain_constants() -> Tuple[np.ndarray, np.ndarray]:
+    """The Numba segment search's constants for q8: the segments' lowest mids as bits (8, padded
+    with +Inf bits), and by segment d = 0..8 the rows c1, c0, w_hi (native.symmetric_tables)."""
+    T = native.symmetric_tables("dynamic_tree")
+    if T.clamp_low:
+        raise SystemExit("codec_floor: q8's segment estimate needs a lower clamp; update this script")
+    lows = np.array(T.lo_next[:8], np.int32)
+    coef = np.array([T.c1[:9], T.c0[:9], T.w_hi[:9]], np.float32)
+    return lows, coef
+
+
+@njit(cache=False)
+def _chain_codes(vt, vb, lows, coef, center, wt, ct):
+    """ct = q8's codes of vt from the segment estimate, the segment d = count(lows < a) picked by
+    a chain of selects (no table read: a loop LLVM may vectorise); whether any w is a tie."""
+    l0, l1, l2, l3, l4, l5, l6, l7 = lows[0], lows[1], lows[2], lows[3], lows[4], lows[5], lows[6], lows[7]
+    a0, a1, a2, a3, a4, a5, a6, a7, a8 = coef[0, 0], coef[0, 1], coef[0, 2], coef[0, 3], coef[0, 4], coef[0, 5], \
+        coef[0, 6], coef[0, 7], coef[0, 8]
+    b0, b1, b2, b3, b4, b5, b6, b7, b8 = coef[1, 0], coef[1, 1], coef[1, 2], coef[1, 3], coef[1, 4], coef[1, 5], \
+        coef[1, 6], coef[1, 7], coef[1, 8]
+    h0, h1, h2, h3, h4, h5, h6, h7, h8 = coef[2, 0], coef[2, 1], coef[2, 2], coef[2, 3], coef[2, 4], coef[2, 5], \
+        coef[2, 6], coef[2, 7], coef[2, 8]
+    for i in range(vt.size):  # locals, not table reads: the stores below could alias the tables
+        b = vb[i]
+        a = np.int32(np.int32(b & np.int32(0x7FFFFFFF)) - (b >> np.int32(31)))
+        k1, k0, hi = a0, b0, h0
+        k1, k0, hi = (a1, b1, h1) if a > l0 else (k1, k0, hi)
+        k1, k0, hi = (a2, b2, h2) if a > l1 else (k1, k0, hi)
+        k1, k0, hi = (a3, b3, h3) if a > l2 else (k1, k0, hi)
+        k1, k0, hi = (a4, b4, h4) if a > l3 else (k1, k0, hi)
+        k1, k0, hi = (a5, b5, h5) if a > l4 else (k1, k0, hi)
+        k1, k0, hi = (a6, b6, h6) if a > l5 else (k1, k0, hi)
+        k1, k0, hi = (a7, b7, h7) if a > l6 else (k1, k0, hi)
+        k1, k0, hi = (a8, b8, h8) if a > l7 else (k1, k0, hi)
+        wt[i] = min(abs(vt[i]) * k1 - k0, hi)  # |v| for a: they differ only on a mid, a tie
+    wb = wt.view(np.int32)
+    ties = np.int32(0)
+    for i in range(vt.size):
+        ties |= np.int32((wb[i] & np.int32(0x7FFF)) == 0)
+        c = np.int32((wb[i] >> np.int32(15)) & np.int32(255))
+        ct[i] = np.uint8(np.int32(2 * center) - c if vb[i] < 0 else c)
+    return ties
+
+
+@njit(cache=False)
+def _numba_encode_chain(x, block, scale_bits, codes, lows, coef, center, carry, mids, values, pos):
+    """The Numba encode with `_chain_codes` as its search; a block with a tie, a zero or a
+    non-finite scale takes the shipped search."""
+    xb = x.view(np.uint32)
+    vt, wt = np.empty(block, np.float32), np.empty(block, np.float32)
+    hi, lo = np.empty(block, np.uint16), np.empty(block, np.uint16)
+    for b in range((x.size + block - 1) // block):
+        s, e = b * block, min(b * block + block, x.size)
+        sb = cpu_kernels._scale_bits(cpu_kernels._absmax_bits(xb[s:e]))
+        scale_bits[b] = sb
+        sc, n = scale_bits.view(np.float32)[b], e - s
+        if 0 < sb < cpu_kernels.INF_BITS:
+            cpu_kernels._divide(x[s:e], sc, vt[:n])
+            if not _chain_codes(vt[:n], vt[:n].view(np.int32), lows, coef, center, wt[:n], codes[s:e]):
+                continue
+        cpu_kernels._segment_codes(x[s:e], sb, sc, vt, hi, lo, codes[s:e], carry, mids, values, pos, 255, 8, center,
+                                   False, 0, s)
+
+
 def avx2_rows(x: np.ndarray, block: int, aligned) -> List[Tuple[str, str, Callable[[], None], Callable[[], bytes]]]:
     """(label, encode|decode, run, result) for the AVX2 family."""
     n, nb = x.size, -(-x.size // block)
@@ -251,8 +317,13 @@ def numba_rows(x: np.ndarray, block: int, aligned) -> List[Tuple[str, str, Calla
     eo, fo, sb, c = aligned(n, np.float32), aligned(n, np.float32), np.empty(nb, np.uint32), aligned(n, np.uint8)
     scales = buf[: 4 * nb].view(np.float32)
     ssb, sc = np.empty(nb, np.uint32), aligned(n, np.uint8)
+    t, (lows, coef) = tables("dynamic_tree", 8), _chain_constants()
+    csb, cc = np.empty(nb, np.uint32), aligned(n, np.uint8)
+    chain = (lambda: _numba_encode_chain(x, block, csb, cc, lows, coef, t.zero_code, t.carry, t.mids, t.values,
+                                         np.empty(0, np.int32)))
     return [("shipped", "encode", lambda: cpu.encode_into(x, fmt, ssb, sc), lambda: ssb.tobytes() + sc.tobytes()),
             ("no search", "encode", lambda: _numba_encode_floor(x, block, sb, c), lambda: sb.tobytes() + c.tobytes()),
+            ("segment search (select chains, exact)", "encode", chain, lambda: csb.tobytes() + cc.tobytes()),
             ("shipped", "decode", lambda: cpu.decode(buf, fmt, n, out=eo), lambda: eo.tobytes()),
             ("no table lookups", "decode", lambda: _numba_decode_floor(buf[4 * nb:], block, scales, fo),
              lambda: fo.tobytes())]
