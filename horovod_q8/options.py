@@ -65,3 +65,18 @@ def check_compressor_options(min_size: Any = 1024, error_feedback: Any = None, w
     require_int("pipeline_elements", pipeline_elements)
     require_bool_or_none("error_feedback", error_feedback, "on for threshold formats only")
     require_choice("schedule", schedule, SCHEDULES)
+
+
+# The format options of `formats.get`; None means the format's own default.
+FORMAT_OPTIONS = ("block_size", "rounding", "seed", "threshold", "levels")
+HOROVOD_OWN = ("none", "fp16")  # names that give Horovod's own compressors
+
+
+def refuse_options_of_horovod_own(name: str, given: dict) -> None:
+    """Horovod's own compressors take none of horovod_q8's options: one set to anything but its
+    default is refused (ValueError), never silently dropped."""
+    defaults = {**dict.fromkeys(FORMAT_OPTIONS), **COMPRESSOR_OPTIONS}
+    set_ = [f"{k}={v!r}" for k, v in given.items() if type(v) is not type(defaults[k]) or v != defaults[k]]
+    if set_:
+        raise ValueError(f"compressor({name!r}) is Horovod's own {name} compressor and takes none of horovod_q8's "
+                         f"options, got {', '.join(set_)}: drop them, or name a horovod_q8 format (q8, q4, ...)")

@@ -44,6 +44,8 @@ def train_problems(*argv: str) -> list:
     (["--num-classes", "10"], "--num-classes applies to imagenet only"),
     (["--synthetic", "--data-dir", "/data"], "--data-dir does not apply to --synthetic"),
     (["--results-json", "/proc/version/out.json"], "/proc/version is a file, so the file cannot be made"),
+    (["--results-json", "/proc/nope/out.json"], r"nothing can be made in /proc \("),  # root too: made, not asked
+    (["--checkpoint-dir", "/proc/sys/ckpt"], r"nothing can be made in /proc/sys \("),
     (["--model", "mlp", "--mlp-width", "0"], "--mlp-width must be >= 1"),
     (["--mlp-width", "512"], "--mlp-width applies only to --model mlp"),
     (["--pipeline-elements", "-1"], "--pipeline-elements must be >= 0"),

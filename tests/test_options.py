@@ -207,3 +207,33 @@ def test_the_tensorflow_compressor_runs_the_checks():
     with pytest.raises(ValueError, match="threshold must be a finite number"):
         compressor("twobit", threshold=math.inf)
     assert compressor("q8", error_feedback=False, schedule="two_phase").feedback is False
+
+
+BAD_FOR_HOROVOD_OWN = [{"warmup_steps": 100}, {"schedule": "ring"}, {"block_size": 3}, {"min_size": True},
+                       {"error_feedback": False}, {"threshold": INF}, {"pipeline_elements": 4096},
+                       {"min_size": 1024.0}]
+
+
+@pytest.mark.parametrize("name", ["none", "fp16"])
+@pytest.mark.parametrize("kw", BAD_FOR_HOROVOD_OWN)
+def test_options_given_to_horovods_own_compressors_are_refused_not_dropped(name, kw):
+    """compressor("none"|"fp16") gives Horovod's own compressor, which none of these options
+    reach: each is refused by name, the defaults written out still pass."""
+    from horovod_q8.collective.setting import by_name
+
+    with pytest.raises(ValueError, match=rf"compressor\('{name}'\) is Horovod's own {name} .*{next(iter(kw))}="):
+        by_name(name, **kw)
+    assert by_name(name, **{k: options.COMPRESSOR_OPTIONS[k] for k in options.COMPRESSOR_OPTIONS}) is None
+    assert by_name(name, block_size=None, error_feedback=None) is None
+
+
+@pytest.mark.parametrize("frontend", ["horovod_q8.tensorflow", "horovod_q8.torch"])
+def test_both_frontends_refuse_options_on_horovods_own(frontend):
+    pytest.importorskip("horovod.tensorflow" if frontend.endswith("tensorflow") else "horovod.torch")
+    import importlib
+
+    compressor = importlib.import_module(frontend).compressor
+    for name in ("none", "fp16"):
+        assert "horovod" in type(compressor(name)).__module__ or "horovod" in compressor(name).__module__
+        with pytest.raises(ValueError, match="takes none of horovod_q8's options, got warmup_steps=100"):
+            compressor(name, warmup_steps=100)

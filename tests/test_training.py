@@ -47,6 +47,9 @@ def test_short_training_learns_and_resumes(case, tmp_path):
     assert len(losses) == 3 and losses[-1] < losses[0], losses
     assert "SUMMARY compression=q8 fused=True ranks=2" in out
     assert summary["bytes_per_step"] > 0 and summary["test_accuracy"] is not None
+    report = subprocess.run([sys.executable, "-m", "horovod_q8.cli", "report", str(tmp_path)],  # a flat --out folder
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0 and "| q8 | 1 |" in report.stdout, report.stdout + report.stderr
     out, summary = train(case, data, extra, ckpt, tmp_path / "b.json", epochs=4)
     assert "at epoch 3" in out and len(summary["loss_per_epoch"]) == 1
     if case == "mnist":  # once more, done already and with another format: said, not silent

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from horovod_q8 import formats
-from horovod_q8.options import COMPRESSOR_OPTIONS, check_compressor_options, shown
+from horovod_q8.options import COMPRESSOR_OPTIONS, HOROVOD_OWN, check_compressor_options, refuse_options_of_horovod_own, shown
 
 
 def check_compressor(comp: Any) -> None:
@@ -17,6 +17,22 @@ def check_compressor(comp: Any) -> None:
         raise ValueError(f"format must be a horovod_q8.formats.Format (see formats.get), "
                          f"got {shown(fmt)}")
     check_compressor_options(**{k: getattr(comp, k, v) for k, v in COMPRESSOR_OPTIONS.items()})
+
+
+def by_name(name: str = "q8", *, block_size: Optional[int] = None, rounding: Optional[str] = None,
+            seed: Optional[int] = None, threshold: Optional[float] = None, levels: Optional[dict] = None,
+            min_size: int = 1024, error_feedback: Optional[bool] = None, warmup_steps: int = 0,
+            schedule: str = "auto", pipeline_elements: int = 0) -> Optional[tuple]:
+    """What each frontend's `compressor(name, ...)` builds: None for Horovod's own ("none",
+    "fp16", which take no option: one given is refused), else (the format, the compressor's
+    keyword options)."""
+    options = dict(min_size=min_size, error_feedback=error_feedback, warmup_steps=warmup_steps, schedule=schedule,
+                   pipeline_elements=pipeline_elements)
+    format_options = dict(block_size=block_size, rounding=rounding, seed=seed, threshold=threshold, levels=levels)
+    if name in HOROVOD_OWN:
+        refuse_options_of_horovod_own(name, {**format_options, **options})
+        return None
+    return formats.get(name, **format_options), options
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
@@ -21,7 +21,7 @@ import tensorflow as tf
 from horovod_q8 import formats
 from horovod_q8.collective import policy
 from horovod_q8.collective.agreement import Agreements, ConfigMismatchError, describe  # noqa: F401 (re-exported)
-from horovod_q8.collective.setting import Setting
+from horovod_q8.collective.setting import Setting, by_name
 from horovod_q8.formats import layer_group
 from horovod_q8.tensorflow import compressed_sum as C
 from horovod_q8.tensorflow.state import CompressionState
@@ -159,6 +159,13 @@ class RefusedOption(ValueError):
     ag_pass_through = True  # raised as is from inside tf.function, not wrapped in a traceback
 
 
+def check_op(op) -> None:
+    """Refuse an op that cannot be computed from quantized codes (None: Horovod's Average)."""
+    if op is not None and op not in (hvd.Average, hvd.Sum):
+        raise RefusedOption("horovod_q8 supports op=hvd.Average and op=hvd.Sum; Adasum, Min, Max "
+                            "and Product cannot be computed from quantized codes")
+
+
 class ScaledThresholdsError(RefusedOption):
     """A threshold format under Keras' float16 mixed precision, whose gradients are loss-scaled."""
 
@@ -182,21 +189,10 @@ def check_same_config(comp: Setting) -> None:
     agree(comp, "compressor", once=True)
 
 
-def compressor(name: str = "q8", *, block_size: Optional[int] = None, rounding: Optional[str] = None,
-               seed: Optional[int] = None, threshold: Optional[float] = None,
-               levels: Optional[dict] = None, min_size: int = 1024,
-               error_feedback: Optional[bool] = None, warmup_steps: int = 0,
-               schedule: str = "auto", pipeline_elements: int = 0):
-    """A compressor for `hvd.DistributedOptimizer(..., compression=...)`.
-
-    "none" and "fp16" return Horovod's own compressors, so one flag covers every choice.
-    """
-    if name == "none":
-        return hvd.Compression.none
-    if name == "fp16":
-        return hvd.Compression.fp16
-    fmt = formats.get(name, block_size=block_size, rounding=rounding, seed=seed,
-                      threshold=threshold, levels=levels)
-    return Q8Compressor(fmt, min_size=min_size, error_feedback=error_feedback,
-                        warmup_steps=warmup_steps, schedule=schedule,
-                        pipeline_elements=pipeline_elements)
+def compressor(name: str = "q8", **options):
+    """A compressor for `hvd.DistributedOptimizer(..., compression=...)`: "none" and "fp16" are
+    Horovod's own, so one flag covers every choice; options as `collective.setting.by_name`."""
+    made = by_name(name, **options)
+    if made is None:
+        return getattr(hvd.Compression, name)
+    return Q8Compressor(made[0], **made[1])

@@ -15,18 +15,12 @@ import tensorflow as tf
 
 from horovod_q8.collective import bucket_parts, policy
 from horovod_q8.tensorflow import compressed_sum as C
-from horovod_q8.tensorflow.compressor import (Q8Compressor, agree, check_same_config, horovod_plain,
+from horovod_q8.tensorflow.compressor import (Q8Compressor, agree, check_op, check_same_config, horovod_plain,
                                              RefusedOption, refuse_scaled_thresholds, tell_uncompressed)
 from horovod_q8.tensorflow.state import CompressionState
 from horovod_q8.tensorflow.transport import PhaseOrder
 
 DEFAULT_FUSION_BYTES = policy.DEFAULT_FUSION_BYTES
-
-
-def check_op(op) -> None:
-    if op not in (hvd.Average, hvd.Sum):
-        raise RefusedOption("horovod_q8 supports op=hvd.Average and op=hvd.Sum; Adasum, Min, Max "
-                         "and Product cannot be computed from quantized codes")
 
 
 def _horovods_own(grads: list, idx: List[int], out: list, name: str, **kwargs) -> None:

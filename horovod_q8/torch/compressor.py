@@ -18,9 +18,8 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from horovod_q8 import formats
 from horovod_q8.collective import engine, policy
-from horovod_q8.collective.setting import Setting
+from horovod_q8.collective.setting import Setting, by_name
 from horovod_q8.torch import generation, hvd_agreement
 from horovod_q8.torch.common import ConfigMismatchError, group_of, horovod_plain, seed_for
 from horovod_q8.torch.names import next_name
@@ -170,17 +169,11 @@ def check_same_config(comp: Setting) -> None:
     hvd_agreement.agree(hvd_agreement.statement(comp), "compressor", once=True)
 
 
-def compressor(name: str = "q8", *, block_size: Optional[int] = None, rounding: Optional[str] = None,
-               seed: Optional[int] = None, threshold: Optional[float] = None,
-               levels: Optional[dict] = None, min_size: int = 1024,
-               error_feedback: Optional[bool] = None, warmup_steps: int = 0,
-               schedule: str = "auto", pipeline_elements: int = 0):
-    """A compressor for horovod.torch's `compression=`; "none" and "fp16" are Horovod's own."""
-    if name in ("none", "fp16"):
+def compressor(name: str = "q8", **options):
+    """A compressor for horovod.torch's `compression=`: "none" and "fp16" are Horovod's own;
+    options as `collective.setting.by_name`."""
+    made = by_name(name, **options)
+    if made is None:
         import horovod.torch as hvd
         return getattr(hvd.Compression, name)
-    fmt = formats.get(name, block_size=block_size, rounding=rounding, seed=seed,
-                      threshold=threshold, levels=levels)
-    return Q8Compressor(fmt, min_size=min_size, error_feedback=error_feedback,
-                        warmup_steps=warmup_steps, schedule=schedule,
-                        pipeline_elements=pipeline_elements)
+    return Q8Compressor(made[0], **made[1])

@@ -139,6 +139,10 @@ def install() -> bool:
                              "supported (use Horovod's own compression for that process set)")
 
     def agree_once(compression, args, kwargs) -> None:
+        op = kwargs.get("op", args[0] if args else None)
+        if _is_ours(compression) and op not in (None, hvd.Average, hvd.Sum):  # before Horovod's own refusal
+            raise ValueError("horovod_q8 compression supports op=hvd.Average and op=hvd.Sum; Adasum, Min, Max "
+                             "and Product cannot be computed from quantized codes")
         process_set = kwargs.get("process_set", args[3] if len(args) > 3 else None)
         refuse_process_set(compression, process_set)
         if hvd_agreement.is_global(process_set):

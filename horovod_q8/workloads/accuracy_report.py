@@ -1,5 +1,6 @@
 """`horovod-q8 report`: mean and spread of test accuracy per compression over seeds, from the
-JSON summaries that `horovod-q8 compare --out DIR` writes (DIR/seed*/NAME.json), and a plot."""
+JSON summaries that `horovod-q8 compare --out DIR` writes (DIR/NAME.json): one compare run in
+DIR, or one per seed in DIR/seed*/ (`compare --seed S --out DIR/seedS`); and a plot."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +13,7 @@ import numpy as np
 
 def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
     p = p or argparse.ArgumentParser(prog="horovod-q8 report", description=__doc__)
-    p.add_argument("runs", help="folder holding seed*/<compression>.json")
+    p.add_argument("runs", help="folder holding <compression>.json (one compare --out) or seed*/<compression>.json")
     p.add_argument("--plot", default=None, help="PNG of test accuracy per epoch per compression")
     p.add_argument("--title", default=None, help="plot title (default: dataset, ranks, seeds)")
     p.add_argument("--key", default="compression",
@@ -22,12 +23,16 @@ def build_parser(p: Optional[argparse.ArgumentParser] = None) -> argparse.Argume
 
 
 def load(runs: Path, key: str = "compression") -> Dict[str, List[dict]]:
+    """The summaries under `runs` by their `key`: seed*/*.json where there are any, else *.json."""
     by_name: Dict[str, List[dict]] = {}
-    for f in sorted(runs.glob("seed*/*.json")):
+    files = sorted(runs.glob("seed*/*.json")) or sorted(runs.glob("*.json"))
+    for f in files:
         r = json.loads(f.read_text())
-        by_name.setdefault(r[key], []).append(r)
+        if isinstance(r, dict) and key in r and "test_accuracy" in r:  # a training's summary, not other JSON
+            by_name.setdefault(r[key], []).append(r)
     if not by_name:
-        raise SystemExit(f"no seed*/<compression>.json files under {runs}")
+        raise SystemExit(f"no training summaries (<compression>.json with {key!r} and 'test_accuracy') in {runs} "
+                         "or its seed*/ folders: give the folder `horovod-q8 compare --out` wrote")
     return by_name
 
 

@@ -10,6 +10,7 @@ import math
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -184,9 +185,23 @@ def output_problems(args: argparse.Namespace) -> List[str]:
         parent = next((p for p in [path, *path.parents] if p.exists()), None)
         if parent is not None and path != parent and not parent.is_dir():
             problems.append(f"{flag(dest)} {value}: {parent} is a file, so the {kind} cannot be made")
-        elif parent is not None and not os.access(parent, os.W_OK | os.X_OK):
-            problems.append(f"{flag(dest)} {value}: {parent} is not writable")
+        elif parent is not None:
+            refused = _cannot_create_in(parent)
+            if refused:
+                problems.append(f"{flag(dest)} {value}: nothing can be made in {parent} ({refused})")
     return problems
+
+
+def _cannot_create_in(folder: Path) -> Optional[str]:
+    """Why a file cannot be made in `folder`, found by making one (and removing it): os.access
+    says yes to root everywhere, even in /proc or on a read-only mount."""
+    try:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".horovod_q8_write_check_")
+    except OSError as e:
+        return e.strerror or str(e)
+    os.close(fd)
+    os.remove(name)
+    return None
 
 
 def model_problems(args: argparse.Namespace) -> List[str]:

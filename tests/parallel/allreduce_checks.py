@@ -256,6 +256,13 @@ def check_tape(name: str) -> None:
         assert "Adasum" in str(e)
     else:
         raise AssertionError("fused path accepted Adasum")
+    for op in (hvd.Adasum, hvd.Max):  # per tensor: ours, before Horovod's own refusal (Gloo has no Adasum)
+        try:
+            hvd.allreduce(tf.ones(4), name="refused_op", compression=compressor(name), op=op)
+        except ValueError as e:
+            assert "supports op=hvd.Average and op=hvd.Sum" in str(e), e
+        else:
+            raise AssertionError(f"hvd.allreduce accepted op {op}")
     print(f"{name}: DistributedGradientTape stock+fused, predivide ok", flush=True)
 
 

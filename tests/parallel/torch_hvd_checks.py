@@ -213,6 +213,14 @@ def check_optimizer(fmt: str) -> None:
         else:
             raise AssertionError(f"Adasum was accepted (HOROVOD_Q8_FUSED={fused})")
     os.environ["HOROVOD_Q8_FUSED"] = "1"
+    for op in (hvd.Adasum, hvd.Max, hvd.Min, hvd.Product):  # per tensor: ours, before Horovod's own refusal
+        for reduce in (hvd.allreduce, lambda t, **kw: hvd.grouped_allreduce([t], **kw)):
+            try:
+                reduce(torch.ones(4), name="refused_op", compression=compressor(fmt), op=op)
+            except ValueError as e:
+                assert "supports op=hvd.Average and op=hvd.Sum" in str(e), e
+            else:
+                raise AssertionError(f"op {op} was accepted by hvd.allreduce")
     check_steps_independent(fmt)
     check_dtypes(fmt)
     print(f"{fmt}: hvd.DistributedOptimizer fused and per tensor, predivide, identical weights ok", flush=True)
