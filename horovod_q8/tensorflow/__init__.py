@@ -25,7 +25,7 @@ horovod_api.install()
 def compressor(name: str = "q8", *, allow: Optional[Sequence[str]] = None, **options):
     """A compressor for `hvd.DistributedOptimizer(..., compression=...)` by name: "auto" (each
     bucket's format chosen from the measured link and codec, among `allow`), "none" and "fp16"
-    (Horovod's own), or a horovod_q8 format; options as `horovod_q8.tensorflow.compressor.compressor`."""
+    (Horovod's own), or a horovod_q8 format; options as `horovod_q8.collective.setting.by_name`."""
     if name == "auto":
         return auto(DEFAULT_ALLOW if allow is None else allow, **options)
     if allow is not None:

@@ -27,7 +27,7 @@ from horovod_q8.torch.optimizer import DistributedOptimizer
 def compressor(name: str = "q8", *, allow: Optional[Sequence[str]] = None, **options):
     """A compressor for horovod.torch's `compression=` by name: "auto" (each tensor's format chosen
     from the measured link and codec, among `allow`), "none" and "fp16" (Horovod's own), or a
-    horovod_q8 format; options as `horovod_q8.torch.compressor.compressor`."""
+    horovod_q8 format; options as `horovod_q8.collective.setting.by_name`."""
     if name == "auto":
         return auto(DEFAULT_ALLOW if allow is None else allow, **options)
     if allow is not None:
