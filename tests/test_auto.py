@@ -112,25 +112,62 @@ def test_bad_allow_is_refused(allow, match):
         A.Auto(allow=allow)
 
 
+class Measured(Exception):
+    """The plan went on to measure the link."""
+
+
+def unmeasured_probe(ranks: int = 2, rank: int = 0, others=None) -> A.Probe:
+    """This rank's Probe among `ranks`, the others offering `others` to gather; sending raises
+    Measured, so a plan made from a saved calibration shows it measured nothing."""
+    def measured(*_):
+        raise Measured()
+
+    def gather(obj):
+        return [obj if r == rank else others for r in range(ranks)]
+
+    return A.Probe(ranks, measured, measured, gather)
+
+
 def test_saved_calibration_gives_the_same_plan_without_measuring():
     cal = calibration(gbit=1.0)
     state = A.AutoState(A.Auto())
     statements = []
     state.loaded = cal
-    plan = state.ensure(lambda: pytest.fail("a saved calibration must not be measured again"),
-                        lambda s, label: statements.append((label, s)))
+    plan = state.ensure(lambda: unmeasured_probe(), lambda s, label: statements.append((label, s)))
     assert [label for label, _ in statements] == ["auto.start", "auto.plan"]
-    assert statements[0][1]["saved_calibration"] == cal.digest()
+    assert plan.calibration == cal and plan.restored
     saved = state.state_dict()
     resumed = A.AutoState(A.Auto())
     resumed.load_state_dict(saved)
-    again = resumed.ensure(lambda: pytest.fail("measured"), lambda s, label: None)
+    again = resumed.ensure(lambda: unmeasured_probe(), lambda s, label: None)
     assert again.fingerprint() == plan.fingerprint()
     other = A.AutoState(A.Auto(allow=("none", "q8")))
     with pytest.raises(ValueError, match="saved with allow="):
         other.load_state_dict(saved)
     with pytest.raises(ValueError, match="not a saved calibration"):
         resumed.load_state_dict({"calibration": {"ranks": 2}})
+
+
+def test_every_rank_takes_rank_0s_saved_calibration():
+    """Horovod's resume restores on rank 0 and broadcasts: rank 1, holding none, plans from rank
+    0's calibration without measuring; where rank 0 holds none, every rank measures."""
+    cal = calibration(gbit=1.0)
+    rank1 = A.AutoState(A.Auto())
+    plan = rank1.ensure(lambda: unmeasured_probe(rank=1, others=cal.to_dict()), lambda s, label: None)
+    assert plan.calibration == cal and plan.restored
+    rank1_with_own = A.AutoState(A.Auto())
+    rank1_with_own.loaded = cal
+    with pytest.raises(Measured):  # rank 0 offered none: everyone measures, rank 1's own is not used
+        rank1_with_own.ensure(lambda: unmeasured_probe(rank=1, others=None), lambda s, label: None)
+
+
+def test_a_calibration_saved_on_other_ranks_is_measured_again():
+    cal = calibration(gbit=1.0)  # measured on 2 ranks
+    state, lines = A.AutoState(A.Auto()), []
+    state.loaded = cal
+    with pytest.raises(Measured):
+        state.ensure(lambda: unmeasured_probe(ranks=3), lambda s, label: None, lines.append)
+    assert lines == ["horovod_q8 Auto: the saved calibration was measured on 2 ranks, this run has 3: measuring again"]
 
 
 def test_recalibrate_measures_again(monkeypatch):
@@ -141,7 +178,7 @@ def test_recalibrate_measures_again(monkeypatch):
 
     def probe():
         calls.append(1)
-        return A.Probe(2, send=None, allgather=None, gather=lambda mine: [figures, figures])
+        return A.Probe(2, send=None, allgather=None, gather=lambda mine: [mine, mine])  # every rank offers the same
 
     monkeypatch.setattr(A, "measure", lambda p, allow: figures)  # the figures, not the timing, under test
     state = A.AutoState(A.Auto())

@@ -201,11 +201,12 @@ from horovod_q8.tensorflow.compressor import ScaledThresholdsError
 hvd.init()
 tf.keras.mixed_precision.set_global_policy("mixed_float16")
 w = tf.Variable(tf.ones(5000))
-for name in ("twobit", "q4_threshold", "q4"):
+for name, comp in [(n, compressor(n)) for n in ("twobit", "q4_threshold", "q4")] + [
+        ("auto+twobit", compressor("auto", allow=("none", "twobit"))), ("auto", compressor("auto"))]:
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(w * w)
     try:
-        DistributedGradientTape(tape, compression=compressor(name)).gradient(loss, [w])
+        DistributedGradientTape(tape, compression=comp).gradient(loss, [w])
         print(name, "ran")
     except ScaledThresholdsError as e:
         print(name, "refused:", e)
@@ -220,3 +221,6 @@ def test_threshold_formats_are_refused_under_loss_scaling():
     assert out.returncode == 0, out.stderr[-3000:]
     assert "twobit refused: horovod_q8: twobit sends fixed levels" in out.stdout
     assert "q4_threshold refused:" in out.stdout and "q4 ran" in out.stdout, out.stdout
+    # Auto that may choose a threshold format: refused whether or not this link would choose it
+    assert "auto+twobit refused: horovod_q8: Auto may choose twobit" in out.stdout, out.stdout
+    assert "auto ran" in out.stdout, out.stdout

@@ -580,10 +580,10 @@ class AutoState:
         first the setting and whether a saved calibration is used, then the decisions."""
         if self.plan is not None:
             return self.plan
-        saved = self.loaded
-        agree({"auto": self.auto.fingerprint(), "saved_calibration": saved.digest() if saved else None},
-              "auto.start")
-        calibration = saved or calibrate(probe(), self.auto.allow)
+        agree({"auto": self.auto.fingerprint()}, "auto.start")
+        p = probe()
+        saved = self._rank0_saved(p, log)
+        calibration = saved or calibrate(p, self.auto.allow)
         plan = AutoPlan(self.auto, calibration, restored=saved is not None)
         agree(plan.fingerprint(), "auto.plan")
         if log is not None:
@@ -591,6 +591,19 @@ class AutoState:
                 log(line)
         self.plan = plan
         return plan
+
+    def _rank0_saved(self, probe: Probe, log: Optional[Callable[[str], None]]) -> Optional[Calibration]:
+        """Rank 0's saved calibration, for every rank (Horovod's resume restores on rank 0 and
+        broadcasts the weights; the others then hold none), unless it was measured with another
+        number of ranks: its figures (a sum of that many parts, that schedule) would price this run wrong."""
+        offered = probe.gather(None if self.loaded is None else self.loaded.to_dict())[0]
+        saved = None if offered is None else Calibration.from_dict(offered)
+        if saved is not None and saved.ranks != probe.ranks:
+            if log is not None:
+                log(f"horovod_q8 Auto: the saved calibration was measured on {saved.ranks} ranks, this run has "
+                    f"{probe.ranks}: measuring again")
+            saved = None
+        return saved
 
     def recalibrate(self) -> None:
         """Measure again at the next use (call it on every rank, at the same point)."""

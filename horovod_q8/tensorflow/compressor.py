@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from horovod_q8 import formats
 from horovod_q8.collective import policy
+from horovod_q8.collective.auto import AutoCompressorBase
 from horovod_q8.collective.agreement import Agreements, ConfigMismatchError, describe  # noqa: F401 (re-exported)
 from horovod_q8.collective.setting import Setting, by_name
 from horovod_q8.formats import layer_group
@@ -170,12 +171,20 @@ class ScaledThresholdsError(RefusedOption):
     """A threshold format under Keras' float16 mixed precision, whose gradients are loss-scaled."""
 
 
-def refuse_scaled_thresholds(comp: Setting) -> None:
+def refuse_scaled_thresholds(comp: Any) -> None:
     """The threshold formats send fixed levels; under the float16 policy Keras' LossScaleOptimizer
     hands Horovod gradients scaled by up to 2**15, so every level saturates and the update after
     unscaling is nearly nothing (twobit: the largest update fell from 5.0e-2 to 6.1e-6)."""
-    if isinstance(comp, Setting) and comp.format.kind != formats.CODEBOOK \
-            and tf.keras.mixed_precision.global_policy().compute_dtype == "float16":
+    if tf.keras.mixed_precision.global_policy().compute_dtype != "float16":
+        return
+    if isinstance(comp, AutoCompressorBase):  # refused whether or not this link would choose them
+        fixed = [n for n, c in comp.compressors.items() if isinstance(c, Setting) and c.format.kind != formats.CODEBOOK]
+        if fixed:
+            raise ScaledThresholdsError(
+                f"horovod_q8: Auto may choose {' and '.join(fixed)}, which send fixed levels, but under the "
+                "mixed_float16 policy the loss scale multiplies every gradient Horovod is handed, so those levels "
+                f"would clip them; leave {' and '.join(fixed)} out of allow=, or use a float32 / mixed_bfloat16 policy")
+    elif isinstance(comp, Setting) and comp.format.kind != formats.CODEBOOK:
         raise ScaledThresholdsError(
             f"horovod_q8: {comp.format.name} sends fixed levels, but under the mixed_float16 policy the loss "
             "scale multiplies every gradient Horovod is handed, so its levels would clip them; use q8 or q4 "
