@@ -50,6 +50,12 @@ def test_auto_hook():
     run(2, "auto")
 
 
+def test_residuals_follow_their_parameters_when_ddp_rebuilds_buckets():
+    """DDP reorders its buckets after the first step: a zero gradient stays zero under error
+    feedback (residuals keyed by the bucket's parameters), and a sparse gradient is refused."""
+    run(2, "rebuilt_buckets", "sparse_refused")
+
+
 def test_mismatched_settings_stop_every_rank():
     run(2, "config_mismatch")
 

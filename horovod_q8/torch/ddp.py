@@ -6,8 +6,10 @@
 DDP calls the hook once per gradient bucket, in bucket order on every rank, so the engine's
 collectives (matched by call order) line up. Each bucket is reduced by the engine's schedule
 over `DistTransport` and divided by N (DDP wants the average); every rank ends with the same
-bits. The state keeps the residuals by bucket, the step and warm-up, like PowerSGD's state.
+bits. The state keeps the residuals by the bucket's parameters (DDP rebuilds its buckets after
+the first step, in another order), the step and warm-up, like PowerSGD's state.
 """
+import hashlib
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -38,11 +40,14 @@ class Q8HookState:
     min_size: buckets (or layer groups of one) with fewer elements go uncompressed.
     error_feedback: keep what quantization dropped and add it next step (None: threshold formats).
     Other options (block_size, rounding, seed, threshold, levels, schedule, pipeline_elements)
-    are those of the format or Setting. Residuals are keyed by bucket index and layer group:
-    `state_dict()` saves them with the step, per rank.
+    are those of the format or Setting. Residuals are keyed by the bucket's parameters, in their
+    order, and the layer group: `state_dict()` saves them with the step, per rank.
     """
 
     def __init__(self, compression: Union[str, Setting, Auto] = "q8", process_group=None, **options) -> None:
+        if process_group is not None and not isinstance(process_group, dist.ProcessGroup):
+            raise TypeError(f"process_group must be None (the default group) or a torch.distributed ProcessGroup, "
+                            f"got {type(process_group).__name__} {process_group!r}")
         self.auto: Optional[Auto] = None
         if compression == "auto" or isinstance(compression, Auto):
             self.auto = compression if isinstance(compression, Auto) else make_auto(**options)
@@ -58,6 +63,14 @@ class Q8HookState:
         self.residuals: Optional[TorchResiduals] = None
         self._transports: Dict[torch.device, DistTransport] = {}
         self._checked = False
+        self._numbers: Dict[int, int] = {}  # id(parameter) -> its number, in the order the hook first sees them
+
+    def bucket_key(self, parameters: Sequence[torch.Tensor]) -> str:
+        """A bucket's residual key: its parameters' numbers in order (first seen in the first step's
+        buckets, which DDP builds alike on every rank and in every run of the model), so that a
+        residual is only ever added back to the parameters it was left by."""
+        numbers = ",".join(str(self._numbers.setdefault(id(p), len(self._numbers))) for p in parameters)
+        return "p" + hashlib.sha1(numbers.encode()).hexdigest()[:12]
 
     def transport(self, device: torch.device) -> DistTransport:
         if device not in self._transports:
@@ -138,13 +151,17 @@ def ddp_hook(state: Q8HookState, bucket: dist.GradBucket) -> torch.futures.Futur
     if not isinstance(bucket, dist.GradBucket):  # FSDP calls its hooks with a gradient tensor
         raise TypeError("horovod_q8's ddp_hook is a DistributedDataParallel communication hook; it got a "
                         f"{type(bucket).__name__}, not a GradBucket (FSDP's hooks are not supported)")
+    buffer = bucket.buffer()
+    if buffer.is_sparse:
+        raise ValueError("horovod_q8's ddp_hook compresses dense gradients and this bucket holds a sparse one "
+                         "(an nn.Embedding or EmbeddingBag with sparse=True): build it with sparse=False")
+    # raised here, an error reaches backward() as itself; through fut.set_exception torch wraps it
+    # in "Unable to cast ... to Tensor"
+    parameters = bucket.parameters()
+    sizes = [g.numel() for g in bucket.gradients()]
+    groups = [group_of(p) for p in parameters]
     fut: torch.futures.Future = torch.futures.Future()
-    try:
-        sizes = [g.numel() for g in bucket.gradients()]
-        groups = [group_of(p) for p in bucket.parameters()]
-        fut.set_result(average(state, bucket.buffer(), f"b{bucket.index()}", layout(sizes, groups)))
-    except Exception as e:  # the error surfaces where DDP waits for the bucket
-        fut.set_exception(e)
+    fut.set_result(average(state, buffer, state.bucket_key(parameters), layout(sizes, groups)))
     state.maybe_increase_iter(bucket)
     return fut
 

@@ -233,6 +233,12 @@ def check_config_mismatch() -> None:
         assert "block_size=" in str(e), e
     else:
         raise AssertionError("different block sizes were not detected")
+    try:
+        Q8HookState("q8", process_group="default")
+    except TypeError as e:
+        assert "process_group must be None" in str(e), e
+    else:
+        raise AssertionError("a process_group that is not one was accepted")
     # the hook's state loaded on rank 0 alone: past the warm-up there, not on the other ranks
     state = Q8HookState("q8", warmup_steps=3)
     if dist.get_rank() == 0:
@@ -308,9 +314,58 @@ def check_auto() -> None:
     raise AssertionError("ranks allowed different formats were not stopped")
 
 
+class TwoSquares(torch.nn.Module):
+    """p2's gradient is exactly 0, p1's is not; DDP's first buckets hold [p1, p2], its rebuilt
+    ones (in the order gradients became ready) [p2, p1]: the same sizes in another order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.p1 = torch.nn.Parameter(torch.randn(64, 64, generator=g) / 8)
+        self.p2 = torch.nn.Parameter(torch.randn(64, 64, generator=g) / 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x @ self.p1
+        return (h @ (self.p2 * 0)).sum() + h.square().sum()
+
+
+def check_rebuilt_buckets() -> None:
+    """A residual goes back only to the parameters that left it: after DDP rebuilds its buckets
+    in another order, a gradient of exactly 0 stays 0 under error feedback (each format)."""
+    for fmt, options in (("twobit", {}), ("q8", {"error_feedback": True}), ("q4_threshold", {})):
+        model = torch.nn.parallel.DistributedDataParallel(TwoSquares())
+        order = []
+
+        def hook(state, bucket, order=order):
+            order.append([id(p) for p in bucket.parameters()])
+            return ddp_hook(state, bucket)
+
+        model.register_comm_hook(Q8HookState(fmt, **options), hook)
+        g = torch.Generator().manual_seed(1 + dist.get_rank())
+        for step in range(4):
+            model.zero_grad()
+            model(torch.randn(8, 64, generator=g)).backward()
+            assert model.module.p2.grad.abs().max().item() == 0.0, (fmt, step, model.module.p2.grad.abs().max())
+            assert model.module.p1.grad.abs().max().item() > 0, (fmt, step)
+        assert order[0] != order[-1] and sorted(order[0]) == sorted(order[-1]), "DDP did not reorder the bucket"
+
+
+def check_sparse_refused() -> None:
+    """A sparse gradient (nn.Embedding(sparse=True)) stops with a sentence, as itself."""
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Embedding(100, 8, sparse=True))
+    model.register_comm_hook(Q8HookState("q8"), ddp_hook)
+    try:
+        model(torch.arange(4)).sum().backward()
+    except ValueError as e:
+        assert "compresses dense gradients" in str(e) and "sparse=False" in str(e), e
+    else:
+        raise AssertionError("a sparse gradient was accepted")
+
+
 CHECKS = {f.__name__[len("check_"):]: f for f in (
     check_budgets, check_small_stays_exact, check_nan_inf, check_threshold_feedback,
-    check_ddp_training, check_ddp_options, check_compiled, check_config_mismatch, check_state_dict, check_auto)}
+    check_ddp_training, check_ddp_options, check_compiled, check_config_mismatch, check_state_dict, check_auto,
+    check_rebuilt_buckets, check_sparse_refused)}
 
 
 def worker(rank: int, size: int, init_file: str, checks: list) -> None:
