@@ -34,4 +34,6 @@ def test_doctor_reports_what_is_missing_instead_of_crashing(broken):
     lines = proc.stdout.splitlines()
     assert any(line.startswith("FIX") and "numba" in line for line in lines), proc.stdout
     assert any(line.startswith("FIX") and "tensorflow" in line for line in lines), proc.stdout
+    # the native kernels are called through the Numba backend: not reported as in use without it
+    assert not any(line.split()[:2] == ["OK", "native"] for line in lines), proc.stdout
     assert proc.returncode == 1
