@@ -100,9 +100,16 @@ def test_override_forces_every_choice_and_is_part_of_the_fingerprint(monkeypatch
     plan = A.AutoPlan(A.Auto(allow=("none", "fp16", "q8", "q4")),
                       A.Calibration(2, 1e-5, 1e9, 1e9, (("fp16", 1e9, 1e9), ("q8", 1e9, 1e9), ("q4", 1e9, 1e9))))
     assert [(a, c.name) for a, _, c in plan.classes()] == [(1, "none"), (1024, "q4")]
-    monkeypatch.setenv(A.OVERRIDE_ENV, "q9")
-    with pytest.raises(ValueError, match="HOROVOD_Q8_AUTO='q9' is not a format"):
-        A.Auto().fingerprint()
+    monkeypatch.setenv(A.OVERRIDE_ENV, "q9")  # in the fingerprint as set (ranks compare it first), then refused
+    assert A.Auto().fingerprint()["auto"]["override"] == "q9"
+    state = A.AutoState(A.Auto())
+    with pytest.raises(A.AutoSettingError, match="HOROVOD_Q8_AUTO='q9' is not a format"):
+        state.ensure(lambda: pytest.fail("measured before refusing"), lambda s, label: None)
+    monkeypatch.setenv(A.OVERRIDE_ENV, "q4")
+    with pytest.raises(A.AutoSettingError, match="is not among this Auto's allow"):
+        A.AutoState(A.Auto(allow=("none", "q8"))).ensure(lambda: pytest.fail("measured before refusing"),
+                                                         lambda s, label: None)
+    assert A.AutoSettingError.ag_pass_through  # raised as itself from inside tf.function
 
 
 @pytest.mark.parametrize("allow,match", [("q8", "non-empty list"), ((), "non-empty list"),
@@ -141,9 +148,12 @@ def test_saved_calibration_gives_the_same_plan_without_measuring():
     resumed.load_state_dict(saved)
     again = resumed.ensure(lambda: unmeasured_probe(), lambda s, label: None)
     assert again.fingerprint() == plan.fingerprint()
-    other = A.AutoState(A.Auto(allow=("none", "q8")))
-    with pytest.raises(ValueError, match="saved with allow="):
-        other.load_state_dict(saved)
+    other, lines = A.AutoState(A.Auto(allow=("none", "q8"))), []
+    other.load_state_dict(saved)  # made for other formats: measured again, and said
+    assert other.loaded is None
+    with pytest.raises(Measured):
+        other.ensure(lambda: unmeasured_probe(), lambda s, label: None, lines.append)
+    assert lines and "the checkpoint's calibration was made for allow=" in lines[0] and "measuring again" in lines[0]
     with pytest.raises(ValueError, match="not a saved calibration"):
         resumed.load_state_dict({"calibration": {"ranks": 2}})
 

@@ -124,16 +124,25 @@ class Auto:
     def fingerprint(self) -> dict:
         """Plain JSON values: what ranks compare to agree on the setting."""
         return {"auto": {"allow": list(self.allow), "min_size": self.min_size,
-                         "options": {k: v for k, v in self.options}, "override": override()}}
+                         "options": {k: v for k, v in self.options},
+                         "override": os.environ.get(OVERRIDE_ENV, "").strip() or None}}  # as set: ranks compare it first
 
 
-def override() -> Optional[str]:
-    """HOROVOD_Q8_AUTO's format, checked; None when unset."""
+class AutoSettingError(ValueError):
+    """An Auto setting that cannot work, said in one sentence."""
+
+    ag_pass_through = True  # TensorFlow's autograph raises it as itself from inside tf.function
+
+
+def override(allow: Optional[Sequence[str]] = None) -> Optional[str]:
+    """HOROVOD_Q8_AUTO's format, checked (against `allow` where given); None when unset."""
     value = os.environ.get(OVERRIDE_ENV, "").strip()
     if not value:
         return None
     if value not in COMPRESSION_NAMES:
-        raise ValueError(f"{OVERRIDE_ENV}={value!r} is not a format; choose from {', '.join(COMPRESSION_NAMES)}")
+        raise AutoSettingError(f"{OVERRIDE_ENV}={value!r} is not a format; choose from {', '.join(COMPRESSION_NAMES)}")
+    if allow is not None and value not in allow:
+        raise AutoSettingError(f"{OVERRIDE_ENV}={value!r} is not among this Auto's allow={list(allow)}")
     return value
 
 
@@ -189,7 +198,7 @@ class Calibration:
                                tuple((str(n), float(t)) for n, t in d.get("huge", ())),
                                seconds=float(d.get("seconds", 0.0)))
         except (KeyError, TypeError, ValueError, IndexError) as e:
-            raise ValueError(f"horovod_q8 Auto: not a saved calibration ({e!r})") from None
+            raise AutoSettingError(f"horovod_q8 Auto: not a saved calibration ({e!r})") from None
 
     def digest(self) -> str:
         body = {k: v for k, v in self.to_dict().items() if k != "seconds"}
@@ -397,9 +406,7 @@ class AutoPlan:
         self.auto = auto
         self.calibration = calibration
         self.restored = restored  # from a checkpoint, not measured by this run
-        self.forced = override()
-        if self.forced is not None and self.forced not in auto.allow:
-            raise ValueError(f"{OVERRIDE_ENV}={self.forced!r} is not among this Auto's allow={list(auto.allow)}")
+        self.forced = override(auto.allow)
         self._cache: Dict[Tuple[int, int], Choice] = {}
         self._fit: Dict[str, Tuple[float, float]] = {}
 
@@ -572,6 +579,8 @@ class AutoState:
         self.plan: Optional[AutoPlan] = None
         self.loaded: Optional[Calibration] = None
         self.logged: set = set()  # the steps whose choices were logged under this plan
+        self.note: Optional[str] = None  # why a checkpoint's calibration was not taken, said at the next plan
+        self.remeasure = False  # recalibrate() asked: a frontend's own saved copy is not taken either
 
     def ensure(self, probe: Callable[[], Probe], agree: Callable[[object, str], None],
                log: Optional[Callable[[str], None]] = None) -> AutoPlan:
@@ -581,6 +590,10 @@ class AutoState:
         if self.plan is not None:
             return self.plan
         agree({"auto": self.auto.fingerprint()}, "auto.start")
+        override(self.auto.allow)  # every rank has the same value by now: all stop, before measuring
+        if self.note is not None and log is not None:
+            log(self.note)
+        self.note = None
         p = probe()
         saved = self._rank0_saved(p, log)
         calibration = saved or calibrate(p, self.auto.allow)
@@ -589,7 +602,7 @@ class AutoState:
         if log is not None:
             for line in plan.describe():
                 log(line)
-        self.plan = plan
+        self.plan, self.remeasure = plan, False
         return plan
 
     def _rank0_saved(self, probe: Probe, log: Optional[Callable[[str], None]]) -> Optional[Calibration]:
@@ -607,7 +620,7 @@ class AutoState:
 
     def recalibrate(self) -> None:
         """Measure again at the next use (call it on every rank, at the same point)."""
-        self.plan, self.loaded = None, None
+        self.plan, self.loaded, self.remeasure = None, None, True
         self.logged.clear()
 
     def state_dict(self) -> dict:
@@ -618,14 +631,17 @@ class AutoState:
         """Use a saved calibration (the same choices as the run that saved it)."""
         if state.get("calibration") is None:
             return
+        self.remeasure = False
         saved = dict(state.get("auto", {}).get("auto", {}))
         mine = self.auto.fingerprint()["auto"]
-        if saved and (saved.get("allow"), saved.get("min_size")) != (mine["allow"], mine["min_size"]):
-            raise ValueError(f"horovod_q8 Auto: this checkpoint was saved with allow={saved.get('allow')}, "
-                             f"min_size={saved.get('min_size')}; this run has allow={mine['allow']}, "
-                             f"min_size={mine['min_size']}")
-        self.loaded = Calibration.from_dict(state["calibration"])
         self.plan = None
+        if saved and (saved.get("allow"), saved.get("min_size")) != (mine["allow"], mine["min_size"]):
+            self.loaded = None  # its figures cover other formats: measured again
+            self.note = (f"horovod_q8 Auto: the checkpoint's calibration was made for allow={saved.get('allow')}, "
+                         f"min_size={saved.get('min_size')}; this run has allow={mine['allow']}, "
+                         f"min_size={mine['min_size']}: measuring again")
+            return
+        self.loaded = Calibration.from_dict(state["calibration"])
 
 
 def choices_by_link(rates: Sequence[Tuple[str, ...]], allow: Sequence[str] = DEFAULT_ALLOW,

@@ -182,7 +182,7 @@ class FusedReducer(tf.Module):
         with tf.init_scope():
             var = self.auto_calibration
             saved = var.numpy().decode() if var is not None else ""
-            if saved and state.plan is None and state.loaded is None:
+            if saved and state.plan is None and state.loaded is None and not state.remeasure:
                 state.load_state_dict(json.loads(saved))
             self.compression.plan()
             if var is not None:

@@ -131,12 +131,15 @@ def _wrap_allreduce() -> None:
     @functools.wraps(original)
     def allreduce(tensor, *args, **kwargs):
         from horovod_q8.tensorflow.auto import AutoCompressor
-        from horovod_q8.tensorflow.compressor import Q8Compressor, agree, check_op
+        from horovod_q8.tensorflow.compressor import Q8Compressor, RefusedOption, agree, check_op
 
         bound = signature.bind(tensor, *args, **kwargs)
         bound.apply_defaults()
         if isinstance(bound.arguments["compression"], (Q8Compressor, AutoCompressor)):
             check_op(bound.arguments["op"])  # before Horovod, which refuses Adasum under Gloo in its own words
+            if bound.arguments["process_set"] is not hvd.global_process_set:  # its ranks alone would wait for all
+                raise RefusedOption("horovod_q8 compression reduces over every rank: a non-global process_set is "
+                                    "not supported (use Horovod's own compression for that process set)")
         if bound.arguments["process_set"] is hvd.global_process_set:
             agree(bound.arguments["compression"], "allreduce", once=True)
         return original(tensor, *args, **kwargs)

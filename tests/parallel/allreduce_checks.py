@@ -213,13 +213,14 @@ def check_edges(name: str) -> None:
     y = reduce_fn(compressor(name), op=hvd.Average)(tf.constant(x)).numpy()
     assert not np.isfinite(y[5]) and not np.isfinite(y[4000]), name
     assert np.isfinite(y[2048:3000]).all(), name  # other blocks / elements untouched
-    for op in (hvd.Max, hvd.Min, hvd.Product):
-        try:
-            reduce_fn(compressor(name), op=op)(rank_data((5000,)))
-        except tf.errors.InvalidArgumentError as e:
-            assert "supports op=Sum and op=Average" in str(e), e
-        else:
-            raise AssertionError(f"{name}: op {op} was not refused")
+    for op in (hvd.Max, hvd.Min, hvd.Product):  # refused while tracing, whatever the size, before Horovod
+        for size in (100, 5000):
+            try:
+                reduce_fn(compressor(name), op=op)(rank_data((size,)))
+            except ValueError as e:
+                assert "supports op=hvd.Average and op=hvd.Sum" in str(e), e
+            else:
+                raise AssertionError(f"{name}: op {op} was not refused")
     try:  # a zero factor is named as such, not reported as an unsupported op
         reduce_fn(compressor(name), op=hvd.Average, prescale_factor=0.0)(rank_data((5000,)))
     except tf.errors.InvalidArgumentError as e:
@@ -263,6 +264,12 @@ def check_tape(name: str) -> None:
             assert "supports op=hvd.Average and op=hvd.Sum" in str(e), e
         else:
             raise AssertionError(f"hvd.allreduce accepted op {op}")
+    try:  # a process set other than the global one: a sentence, before any collective (not a wait)
+        hvd.allreduce(tf.ones(5000), name="refused_set", compression=compressor(name), process_set=hvd.ProcessSet([0]))
+    except ValueError as e:
+        assert "non-global process_set is not supported" in str(e), e
+    else:
+        raise AssertionError("hvd.allreduce accepted a non-global process_set")
     print(f"{name}: DistributedGradientTape stock+fused, predivide ok", flush=True)
 
 
