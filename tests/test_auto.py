@@ -288,7 +288,9 @@ def test_in_a_step_horovods_own_paths_cost_their_share_of_the_fused_message(monk
     sizes = [n] * 6 + [1_600_000]
     step = plan.choose_step(sizes)
     assert [ch.name for ch in step[:6]] == ["q8"] * 6, step
-    assert "a step of 7 buckets, 25,600,000 elements -> q8 for 7 of 7" in plan.describe_step(sizes)  # one format
+    line = plan.describe_step(sizes)
+    assert "a step of 7 buckets, 25,600,000 elements -> q8 for 7 of 7" in line  # one format, and why
+    assert line.endswith(f"; {A.UNIFORM})") or A.UNIFORM in line, line
     plan = A.AutoPlan(A.Auto(), cal)  # fp16 allowed too: q8 still wins here
     assert plan.choose(n).name == "none"
     step = plan.choose_step(sizes)
@@ -498,3 +500,14 @@ def test_a_step_sends_one_format_unless_mixing_is_predicted_clearly_faster():
     assert [ch.name for ch in step] == ["q8"] + ["fp16"] * 20, step
     assert all(ch.reason != A.UNIFORM for ch in step)
     assert plan.choose_step(sizes) == step  # deterministic: every rank builds the same step
+
+
+def test_the_logs_say_why_forced_and_under_min_size(monkeypatch):
+    """A step forced by HOROVOD_Q8_AUTO says so; a bucket under min_size with none not allowed
+    is said to go uncompressed (as the chosen format sends it), not as that format."""
+    cal = calibration(gbit=1.0)
+    monkeypatch.setenv(A.OVERRIDE_ENV, "q8")
+    assert "HOROVOD_Q8_AUTO=q8" in A.AutoPlan(A.Auto(), cal).describe_step([4_000_000])
+    monkeypatch.delenv(A.OVERRIDE_ENV)
+    small = A.AutoPlan(A.Auto(allow=("q8",)), cal).choose(100)
+    assert small.name == "q8" and "sent uncompressed" in small.reason, small

@@ -52,8 +52,9 @@ def test_auto_hook():
 
 def test_residuals_follow_their_parameters_when_ddp_rebuilds_buckets():
     """DDP reorders its buckets after the first step: a zero gradient stays zero under error
-    feedback (residuals keyed by the bucket's parameters), and a sparse gradient is refused."""
-    run(2, "rebuilt_buckets", "sparse_refused")
+    feedback (residuals keyed by the bucket's parameters); a sparse gradient, and ranks whose
+    buckets differ, are stopped with a sentence."""
+    run(2, "rebuilt_buckets", "sparse_refused", "bucket_mismatch")
 
 
 def test_mismatched_settings_stop_every_rank():

@@ -96,7 +96,8 @@ def check_same(mine: Any, everyone: Sequence[Any], rank: int) -> None:
                 raise ConfigMismatchError(
                     f"horovod_q8: rank {rank} and rank {other} reduce different gradients: {detail}. Every rank "
                     "must hand its optimizer the same variables in the same order, each with a gradient or "
-                    "each without (a variable unused on some ranks only, or a model built differently); "
+                    "each without (a variable unused on some ranks only, a model built differently, or DDP's "
+                    "bucket_cap_mb set differently); "
                     "Horovod's own allreduce would wait forever here.")
             raise ConfigMismatchError(
                 f"horovod_q8: rank {rank} and rank {other} use different compression settings: {detail}. "

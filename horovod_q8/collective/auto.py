@@ -502,7 +502,8 @@ class AutoPlan:
         predicted = tuple((a, self.predict(a, n, step)) for a in allow)
         if self._too_small(n):
             plain = "none" if "none" in allow else allow[0]
-            return Choice(n, plain, predicted, f"fewer than min_size={self.auto.min_size} elements")
+            sent = "" if plain == "none" else f": sent uncompressed, as {plain} sends tensors under its min_size"
+            return Choice(n, plain, predicted, f"fewer than min_size={self.auto.min_size} elements{sent}")
         if self.forced:
             return Choice(n, self.forced, predicted, f"{OVERRIDE_ENV}={self.forced}")
         best = min(predicted, key=lambda kv: kv[1])  # ties: the first allowed
@@ -558,9 +559,10 @@ class AutoPlan:
         picks = Counter(ch.name for ch in choices)
         big = max(choices, key=lambda ch: ch.n)
         preds = ", ".join(f"{name} {t * 1e3:.3g} ms" for name, t in big.predicted)
+        why = sorted({ch.reason for ch in choices})  # e.g. the override, or one format for the step
         return (f"horovod_q8 Auto: a step of {len(choices)} buckets, {sum(sizes):,} elements -> "
                 + ", ".join(f"{name} for {k} of {len(choices)}" for name, k in picks.items())
-                + f" (at {big.n:,}: {preds})")
+                + f" (at {big.n:,}: {preds}; {'; '.join(why)})")
 
     def fingerprint(self) -> dict:
         """What every rank must hold alike: the setting, the calibration, the choices by size and

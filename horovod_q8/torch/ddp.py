@@ -64,6 +64,7 @@ class Q8HookState:
         self._transports: Dict[torch.device, DistTransport] = {}
         self._checked = False
         self._numbers: Dict[int, int] = {}  # id(parameter) -> its number, in the order the hook first sees them
+        self._agreed_buckets: set = set()  # bucket keys every rank has stated
 
     def bucket_key(self, parameters: Sequence[torch.Tensor]) -> str:
         """A bucket's residual key: its parameters' numbers in order (first seen in the first step's
@@ -71,6 +72,16 @@ class Q8HookState:
         residual is only ever added back to the parameters it was left by."""
         numbers = ",".join(str(self._numbers.setdefault(id(p), len(self._numbers))) for p in parameters)
         return "p" + hashlib.sha1(numbers.encode()).hexdigest()[:12]
+
+    def check_bucket(self, key: str, index: int, n: int, parameters: int) -> None:
+        """A bucket's first time: every rank holds the same bucket at this index (ranks whose
+        buckets differ, another bucket_cap_mb or model, would exchange mismatched sizes inside
+        the process group and crash there, or wait)."""
+        if key in self._agreed_buckets or dist.get_world_size(self.process_group) < 2:
+            return
+        dist_agreement.agree({"buckets": f"DDP bucket {index}: {n} elements in {parameters} parameters"},
+                             self.process_group, "ddp_hook")
+        self._agreed_buckets.add(key)
 
     def transport(self, device: torch.device) -> DistTransport:
         if device not in self._transports:
@@ -160,8 +171,10 @@ def ddp_hook(state: Q8HookState, bucket: dist.GradBucket) -> torch.futures.Futur
     parameters = bucket.parameters()
     sizes = [g.numel() for g in bucket.gradients()]
     groups = [group_of(p) for p in parameters]
+    key = state.bucket_key(parameters)
+    state.check_bucket(key, bucket.index(), buffer.numel(), len(parameters))
     fut: torch.futures.Future = torch.futures.Future()
-    fut.set_result(average(state, buffer, state.bucket_key(parameters), layout(sizes, groups)))
+    fut.set_result(average(state, buffer, key, layout(sizes, groups)))
     state.maybe_increase_iter(bucket)
     return fut
 

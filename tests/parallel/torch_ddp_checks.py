@@ -350,6 +350,22 @@ def check_rebuilt_buckets() -> None:
         assert order[0] != order[-1] and sorted(order[0]) == sorted(order[-1]), "DDP did not reorder the bucket"
 
 
+def check_bucket_mismatch() -> None:
+    """Ranks whose DDP buckets differ (bucket_cap_mb on one rank) stop with a sentence naming the
+    bucket, instead of exchanging mismatched sizes inside Gloo."""
+    net = torch.nn.Sequential(torch.nn.Linear(32, 20000), torch.nn.ReLU(), torch.nn.Linear(20000, 8))  # > 1 MB
+    model = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=0.1 if dist.get_rank() else 25,
+                                                      find_unused_parameters=True)  # buckets from the start
+    model.register_comm_hook(Q8HookState("q8"), ddp_hook)
+    try:
+        for _ in range(3):  # buckets past DDP's first (1 MB) differ; after the first step, its rebuilt ones too
+            model(torch.randn(4, 32)).square().mean().backward()
+    except ConfigMismatchError as e:
+        assert "DDP bucket" in str(e) and "bucket_cap_mb" in str(e), e
+    else:
+        raise AssertionError("ranks with different DDP buckets were not stopped")
+
+
 def check_sparse_refused() -> None:
     """A sparse gradient (nn.Embedding(sparse=True)) stops with a sentence, as itself."""
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Embedding(100, 8, sparse=True))
@@ -365,7 +381,7 @@ def check_sparse_refused() -> None:
 CHECKS = {f.__name__[len("check_"):]: f for f in (
     check_budgets, check_small_stays_exact, check_nan_inf, check_threshold_feedback,
     check_ddp_training, check_ddp_options, check_compiled, check_config_mismatch, check_state_dict, check_auto,
-    check_rebuilt_buckets, check_sparse_refused)}
+    check_rebuilt_buckets, check_sparse_refused, check_bucket_mismatch)}
 
 
 def worker(rank: int, size: int, init_file: str, checks: list) -> None:
