@@ -71,9 +71,11 @@ def _cpu_kernels() -> Check:
         return OK, "Numba CPU kernels available"
     if numba.state == "ok":
         return SKIP, "numba not used (HOROVOD_Q8_BACKEND=numpy)"
-    kernels = " (the native kernels too are reached through it)" if native.in_use() else ""
-    return FIX, (f"numba missing: the CPU codec runs on the NumPy reference, over 100x slower{kernels}; "
-                 "pip install numba (a dependency of horovod_q8)")
+    # not a FIX: every path still runs (GPU tensors on CuPy's kernels), only CPU tensors slowly
+    kernels = ", the native kernels being reached through Numba's backend" if native.in_use() else ""
+    return SKIP, (f"numba not installed: CPU tensors are encoded by the NumPy reference, over 100x slower than "
+                  f"the Numba kernels{kernels} (pip install numba, a dependency of horovod_q8; GPU tensors use "
+                  "CuPy's kernels)")
 
 
 def _native_kernels() -> Check:

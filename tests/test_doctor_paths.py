@@ -54,6 +54,9 @@ def test_torch_only_user_passes_with_the_ddp_path_ready():
     got = lines(proc.stdout)
     assert not [n for n, (s, _) in got.items() if s == "FIX"], out
     assert got["ddp-hook"][0] == "OK" and "ddp_hook" in got["ddp-hook"][1], out
+    # no numba here: said plainly, CPU tensors on the NumPy reference; the native kernels not claimed
+    assert got["numba"][0] == "SKIP" and "NumPy reference, over 100x slower" in got["numba"][1], out
+    assert got["native"][0] == "SKIP", out
     assert re.search(r"torch 2\.11\.\S+ \(CUDA 13\.\d\), torch.distributed backends: gloo", got["torch"][1]), out
     for name in ("tensorflow", "horovod"):
         assert got[name][0] == "SKIP" and "not installed (only needed for" in got[name][1], out

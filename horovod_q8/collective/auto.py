@@ -569,7 +569,7 @@ class AutoPlan:
         Horovod's fusion threshold (a step's choices depend on it)."""
         return {"auto": self.auto.fingerprint(), "calibration": self.calibration.digest(),
                 "classes": [[a, b, ch.name] for a, b, ch in self.classes()],
-                "fusion_elements": fusion_elements("none")}
+                f"{FUSION_ENV} (elements)": fusion_elements("none")}  # named as the user sets it
 
 
 class AutoState:

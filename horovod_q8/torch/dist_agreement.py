@@ -71,7 +71,8 @@ def agree(mine: Any, group=None, label: str = "ddp_hook") -> None:
             raise
         raise ConfigMismatchError(
             f"horovod_q8: rank {ranks[rank]} waited {seconds:g} s for rank(s) {missing} at the {label} "
-            f"check: they do not run horovod_q8's {label} (register the same hook with the same "
-            "setting on every rank: model.register_comm_hook(Q8HookState(...), ddp_hook)). "
+            f"check: they do not run horovod_q8's {label}, or not at this point (register the same hook "
+            "with the same setting on every rank: model.register_comm_hook(Q8HookState(...), ddp_hook), and "
+            "call its load_state_dict on every rank or on none; a rank far slower to start also ends here). "
             f"HOROVOD_Q8_CHECK_TIMEOUT_S changes the wait.") from None
     check_same(mine, [json.loads(store.get(key)) for key in keys], ranks[rank])
