@@ -67,6 +67,10 @@ def check_compressor_options(min_size: Any = 1024, error_feedback: Any = None, w
     require_choice("schedule", schedule, SCHEDULES)
 
 
+# Why op=Adasum, Min, Max and Product are refused, in every frontend.
+UNSUPPORTED_OP = ("horovod_q8 supports op=hvd.Average and op=hvd.Sum; Adasum, Min, Max and Product cannot be "
+                  "computed from quantized codes")
+
 # The format options of `formats.get`; None means the format's own default.
 FORMAT_OPTIONS = ("block_size", "rounding", "seed", "threshold", "levels")
 HOROVOD_OWN = ("none", "fp16")  # names that give Horovod's own compressors

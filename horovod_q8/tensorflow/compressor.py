@@ -24,6 +24,7 @@ from horovod_q8.collective.auto import AutoCompressorBase
 from horovod_q8.collective.agreement import Agreements, ConfigMismatchError, describe  # noqa: F401 (re-exported)
 from horovod_q8.collective.setting import Setting, by_name
 from horovod_q8.formats import layer_group
+from horovod_q8.options import UNSUPPORTED_OP
 from horovod_q8.tensorflow import compressed_sum as C
 from horovod_q8.tensorflow.state import CompressionState
 
@@ -163,8 +164,7 @@ class RefusedOption(ValueError):
 def check_op(op) -> None:
     """Refuse an op that cannot be computed from quantized codes (None: Horovod's Average)."""
     if op is not None and op not in (hvd.Average, hvd.Sum):
-        raise RefusedOption("horovod_q8 supports op=hvd.Average and op=hvd.Sum; Adasum, Min, Max "
-                            "and Product cannot be computed from quantized codes")
+        raise RefusedOption(UNSUPPORTED_OP)
 
 
 class ScaledThresholdsError(RefusedOption):

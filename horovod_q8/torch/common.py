@@ -9,7 +9,7 @@ from horovod_q8 import formats
 from horovod_q8.collective.agreement import ConfigMismatchError, check_same  # noqa: F401 (re-exported)
 from horovod_q8.collective.setting import Setting
 from horovod_q8.formats import layer_group
-from horovod_q8.options import COMPRESSOR_OPTIONS
+from horovod_q8.options import COMPRESSOR_OPTIONS, UNSUPPORTED_OP
 
 
 PLAIN_DTYPES = (torch.float16, torch.float32, torch.float64)  # Horovod's allreduce sums these as they are
@@ -52,4 +52,9 @@ def group_of(t: torch.Tensor) -> str:
     return layer_group(max(t.dim(), 1))
 
 
+def check_op(op) -> None:
+    """Refuse an op that cannot be computed from quantized codes (None: Horovod's Average)."""
+    import horovod.torch as hvd
 
+    if op is not None and op not in (hvd.Average, hvd.Sum):
+        raise ValueError(UNSUPPORTED_OP)

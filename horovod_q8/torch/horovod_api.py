@@ -21,6 +21,7 @@ import os
 from typing import Callable, Dict, Optional
 
 from horovod_q8.torch import generation, hvd_agreement
+from horovod_q8.torch.common import check_op
 from horovod_q8.torch.names import with_names
 
 _LOG = logging.getLogger("horovod_q8")
@@ -108,9 +109,8 @@ def install() -> bool:
     @functools.wraps(o["DistributedOptimizer"])
     def distributed_optimizer(optimizer, named_parameters=None, compression=hvd.Compression.none, *args, **kwargs):
         op = kwargs.get("op", args[1] if len(args) > 1 else None)
-        if _is_ours(compression) and op is hvd.Adasum:
-            raise ValueError("horovod_q8 compression supports op=hvd.Average and op=hvd.Sum; Adasum "
-                             "cannot be computed from quantized codes")
+        if _is_ours(compression):
+            check_op(op)
         if _is_ours(compression) and os.environ.get("HOROVOD_Q8_FUSED", "1") != "0":
             from horovod_q8.torch.optimizer import from_horovod_arguments
             return from_horovod_arguments(optimizer, named_parameters, compression, *args, **kwargs)
@@ -139,10 +139,8 @@ def install() -> bool:
                              "supported (use Horovod's own compression for that process set)")
 
     def agree_once(compression, args, kwargs) -> None:
-        op = kwargs.get("op", args[0] if args else None)
-        if _is_ours(compression) and op not in (None, hvd.Average, hvd.Sum):  # before Horovod's own refusal
-            raise ValueError("horovod_q8 compression supports op=hvd.Average and op=hvd.Sum; Adasum, Min, Max "
-                             "and Product cannot be computed from quantized codes")
+        if _is_ours(compression):  # before Horovod's own refusal
+            check_op(kwargs.get("op", args[0] if args else None))
         process_set = kwargs.get("process_set", args[3] if len(args) > 3 else None)
         refuse_process_set(compression, process_set)
         if hvd_agreement.is_global(process_set):

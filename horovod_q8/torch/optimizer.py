@@ -20,6 +20,7 @@ import torch
 
 from horovod_q8.collective import bucket_parts, engine, policy
 from horovod_q8.collective.auto import AutoCompressorBase
+from horovod_q8.options import UNSUPPORTED_OP
 from horovod_q8.torch import generation, hvd_agreement
 from horovod_q8.torch.common import plain_dtype, seed_for
 from horovod_q8.torch.compressor import Q8Compressor
@@ -59,9 +60,8 @@ class Reducer:
                  op, gradient_predivide_factor: float, fusion_bytes: int, sparse_as_dense: bool) -> None:
         import horovod.torch as hvd
 
-        if op not in (hvd.Average, hvd.Sum):
-            raise ValueError("horovod_q8 supports op=hvd.Average and op=hvd.Sum; Adasum, Min, Max and "
-                             "Product cannot be computed from quantized codes")
+        if op not in (hvd.Average, hvd.Sum):  # resolved by DistributedOptimizer: None never comes here
+            raise ValueError(UNSUPPORTED_OP)
         if gradient_predivide_factor != 1.0 and op != hvd.Average:
             raise ValueError("gradient_predivide_factor is supported with op=Average only")
         if not gradient_predivide_factor > 0:
