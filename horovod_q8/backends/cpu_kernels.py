@@ -19,6 +19,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from horovod_q8.backends.numba_vectors import LANES, carry_codes8, store_fence, stream_values8, table_values8
 from horovod_q8.cores import codec_threads
 
 ABS_MASK = np.uint32(0x7FFFFFFF)
@@ -27,6 +28,7 @@ NAN_BITS = np.uint32(0x7FC00000)
 CHUNK = 16384  # elements per parallel work item; a multiple of 8 so packed bytes never straddle
 FUSED_MAX = 1 << 16  # largest block encoded in one pass (scale and codes while it is cached)
 DECODE, ACCUMULATE, PAIR = 0, 1, 2  # what `decode` writes
+STREAM_MIN_BYTES = 1 << 62  # 8-bit decodes from this size write with non-temporal stores, as the native kernels
 
 
 @njit(cache=True)
@@ -87,6 +89,15 @@ def _nearest_carry(vt, length, carry, hi, lo, ct):
         lo[i] = np.uint16((b ^ (b >> np.int32(31))) & np.int32(0xFFFF))  # inverted where v < 0
     for i in range(length):
         ct[i] = np.uint8((carry[hi[i]] + np.uint32(lo[i])) >> np.uint32(16))
+
+
+@njit(cache=True)
+def _divided_codes8(xs, scale, carry, ct):
+    """ct = count(mids < xs / scale) for an 8-bit table, len(xs) a multiple of LANES: the
+    division and the carry lookup of `_nearest_carry` eight lanes at a time, without its
+    scratch (`numba_vectors.carry_codes8`: LLVM leaves `_nearest_carry`'s table read scalar)."""
+    for i in range(0, xs.size, LANES):
+        carry_codes8(xs, i, scale, carry, ct)
 
 
 @njit(cache=True)
@@ -175,6 +186,13 @@ def _segment_codes(xs, sbits, scale, vt, hi, lo, ct, carry, mids, values, pos, s
         return
     if sbits == INF_BITS:
         _divide_overflowed(xs, vt)
+    elif bits == 8 and not stochastic:
+        body = length - length % LANES
+        _divided_codes8(xs[:body], scale, carry, ct)
+        if body < length:  # the calls cost about 0.1 ms per 25.6M elements even when empty
+            _divide(xs[body:], scale, vt)
+            _nearest_carry(vt, length - body, carry, hi, lo, ct[body:])
+        return
     else:
         _divide(xs, scale, vt)
     if stochastic:
@@ -231,7 +249,16 @@ def encode_codebook(x, n, block, scale_bits, codes, carry, mids, values, pos, si
                 e = min(s + block, n)
                 sb = _scale_bits(_absmax_bits(xb[s:e]))
                 scale_bits[b] = sb
-                if bits == 8:
+                if bits == 8 and not stochastic and 0 < sb < INF_BITS:
+                    # indices into x and codes, not slices of them: a slice per block and a call
+                    # with its arrays cost more than the block's search (see _divided_codes8)
+                    body = s + (e - s) // LANES * LANES
+                    for i in range(s, body, LANES):
+                        carry_codes8(x, i, scales[b], carry, codes)
+                    if body < e:
+                        _segment_codes(x[body:e], sb, scales[b], vt, hi, lo, codes[body:e], carry, mids, values, pos,
+                                       size, bits, zero_code, stochastic, seed, body)
+                elif bits == 8:
                     _segment_codes(x[s:e], sb, scales[b], vt, hi, lo, codes[s:e], carry, mids, values, pos, size, bits,
                                    zero_code, stochastic, seed, s)
                 else:
@@ -526,6 +553,8 @@ def decode(codes, codes1, n, block, scales, scales1, has_scales, table, bits, ou
     """mode DECODE: out = table[code] * scale * post; ACCUMULATE: out = (out + table[code] *
     scale) * post; PAIR: out = (value of codes + value of codes1) * post, two ranks' parts in
     one pass. Threshold formats have no scales (scale 1); post is float32."""
+    base = out.ctypes.data
+    stream = n * 4 >= STREAM_MIN_BYTES and base % 4 == 0
     for c in prange((n + CHUNK - 1) // CHUNK):
         start = c * CHUNK
         end = min(start + CHUNK, n)
@@ -546,10 +575,23 @@ def decode(codes, codes1, n, block, scales, scales1, has_scales, table, bits, ou
             if mode == PAIR:
                 _scaled_table(table, s1, np.float32(1), st1)
             if bits == 8 and mode == DECODE:
-                _decode8(codes[i:e], st, out[i:e])
+                lead = min(e, i + (-(base + 4 * i) % 32) // 4) if stream else i  # to out's next 32-byte boundary
+                body = lead + (e - lead) // LANES * LANES
+                for j in range(i, lead):
+                    out[j] = st[codes[j]]
+                if stream:
+                    for j in range(lead, body, LANES):
+                        stream_values8(codes, j, st, out)
+                else:
+                    for j in range(lead, body, LANES):
+                        table_values8(codes, j, st, out)
+                for j in range(body, e):
+                    out[j] = st[codes[j]]
             else:
                 _decode_segment(codes, codes1, i, e, bits, st, st1, out, mode, post)
             i = e
+    if stream:
+        store_fence()
 
 
 def _compiled(f, parallel: bool):

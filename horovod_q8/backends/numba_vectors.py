@@ -1,0 +1,132 @@
+"""Steps of the Numba kernels written as LLVM vector IR (`numba.extending.intrinsic`), where
+LLVM's loop vectoriser leaves a loop scalar: the 8-bit search's table read.
+
+The IR is target-independent (vector loads and stores, `extractelement`/`insertelement`,
+`llvm.prefetch`): LLVM lowers it to AVX2 or AVX-512 on x86-64 and to NEON on AArch64, so the
+Numba path stays the path for any CPU without a C compiler. Byte-for-byte the same as
+`formats.reference`: the IEEE division and the carry table of `cpu_kernels._nearest_carry`.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+LANES = 8
+PREFETCH_AHEAD = 2048  # floats (8 KB) ahead of the codes step: the next block's absmax reads them from cache
+
+_I8, _I32, _I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+_V32 = ir.VectorType(_I32, LANES)
+_VF = ir.VectorType(ir.FloatType(), LANES)
+_V8 = ir.VectorType(_I8, LANES)
+
+
+def _contiguous(a, dtype) -> bool:
+    return isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C" and a.dtype == dtype
+
+
+def _splat(builder: ir.IRBuilder, value: ir.Value, vty: ir.VectorType) -> ir.Value:
+    v = builder.insert_element(ir.Constant(vty, ir.Undefined), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(v, ir.Constant(vty, ir.Undefined), ir.Constant(_V32, [0] * LANES))
+
+
+def _const(value: int) -> ir.Constant:
+    return ir.Constant(_V32, [value] * LANES)
+
+
+def _prefetch(builder: ir.IRBuilder, address: ir.Value) -> None:
+    """llvm.prefetch(address) for reading into all cache levels; never faults, even past the end."""
+    module = builder.module
+    fn = module.globals.get("llvm.prefetch")
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32]), "llvm.prefetch")
+    builder.call(fn, [builder.bitcast(address, _I8.as_pointer()), ir.Constant(_I32, 0), ir.Constant(_I32, 3),
+                      ir.Constant(_I32, 1)])
+
+
+def _table_reads(builder: ir.IRBuilder, table: ir.Value, keys: ir.Value) -> ir.Value:
+    """<8 x i32> table[keys]: the keys leave the vector as four 64-bit words (fewer extracts
+    than eight 32-bit ones) and the entries enter it one by one."""
+    words = builder.bitcast(keys, ir.VectorType(_I64, LANES // 2))
+    out = ir.Constant(_V32, ir.Undefined)
+    for q in range(LANES // 2):
+        w = builder.extract_element(words, ir.Constant(_I32, q))
+        for r, key in enumerate((builder.and_(w, ir.Constant(_I64, 0xFFFFFFFF)), builder.lshr(w, ir.Constant(_I64, 32)))):
+            entry = builder.load(builder.gep(table, [key]), align=4)
+            out = builder.insert_element(out, entry, ir.Constant(_I32, 2 * q + r))
+    return out
+
+
+@intrinsic
+def carry_codes8(typingctx, x, i, scale, carry, codes):
+    """codes[i:i+8] = count(mids < x[i:i+8] / scale): (carry[bits >> 16] + low) >> 16, low
+    being the quotient's low 16 bits, inverted where it is negative (codebooks.carry_table).
+    Prefetches x PREFETCH_AHEAD floats ahead. The caller keeps i + 8 <= len(x), len(codes).
+    codes: uint8, or int32 (one code per lane, where a kernel packs narrower codes after)."""
+    if not (_contiguous(x, types.float32) and isinstance(i, types.Integer) and scale == types.float32
+            and _contiguous(carry, types.uint32)
+            and (_contiguous(codes, types.uint8) or _contiguous(codes, types.int32))):
+        return None
+    out_type = _V8 if codes.dtype == types.uint8 else _V32
+
+    def codegen(context, builder, sig, args):
+        xa = context.make_array(sig.args[0])(context, builder, args[0])
+        ta = context.make_array(sig.args[3])(context, builder, args[3])
+        ca = context.make_array(sig.args[4])(context, builder, args[4])
+        at = args[1]
+        _prefetch(builder, builder.gep(xa.data, [builder.add(at, ir.Constant(at.type, PREFETCH_AHEAD))]))
+        xv = builder.load(builder.bitcast(builder.gep(xa.data, [at]), _VF.as_pointer()), align=4)
+        b = builder.bitcast(builder.fdiv(xv, _splat(builder, args[2], _VF)), _V32)
+        low = builder.and_(builder.xor(b, builder.ashr(b, _const(31))), _const(0xFFFF))
+        entries = _table_reads(builder, ta.data, builder.lshr(b, _const(16)))
+        c = builder.lshr(builder.add(entries, low), _const(16))
+        if out_type is _V8:
+            c = builder.trunc(c, _V8)
+        builder.store(c, builder.bitcast(builder.gep(ca.data, [at]), out_type.as_pointer()), align=1)
+        return context.get_dummy_value()
+
+    return types.void(x, i, scale, carry, codes), codegen
+
+
+def _values8(stream: bool):
+    """The intrinsic out[i:i+8] = table[codes[i:i+8]] (8-bit codes, a float32 table of 256),
+    with a non-temporal store where `stream` (out + i then 32-byte aligned). The caller keeps
+    i + 8 <= len(codes), len(out)."""
+
+    def values8(typingctx, codes, i, table, out):
+        if not (_contiguous(codes, types.uint8) and isinstance(i, types.Integer)
+                and _contiguous(table, types.float32) and _contiguous(out, types.float32)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            ca = context.make_array(sig.args[0])(context, builder, args[0])
+            ta = context.make_array(sig.args[2])(context, builder, args[2])
+            oa = context.make_array(sig.args[3])(context, builder, args[3])
+            at = args[1]
+            c = builder.load(builder.bitcast(builder.gep(ca.data, [at]), _V8.as_pointer()), align=1)
+            v = _table_reads(builder, builder.bitcast(ta.data, _I32.as_pointer()), builder.zext(c, _V32))
+            dst = builder.bitcast(builder.gep(oa.data, [at]), _VF.as_pointer())
+            st = builder.store(builder.bitcast(v, _VF), dst, align=32 if stream else 4)
+            if stream:
+                st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(_I32, 1)]))
+            return context.get_dummy_value()
+
+        return types.void(codes, i, table, out), codegen
+
+    values8.__name__ = "stream_values8" if stream else "table_values8"
+    return intrinsic(values8)
+
+
+table_values8 = _values8(False)
+stream_values8 = _values8(True)
+
+
+@intrinsic
+def store_fence(typingctx):
+    """Orders the non-temporal stores before whatever reads their output next."""
+
+    def codegen(context, builder, sig, args):
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return types.void(), codegen
