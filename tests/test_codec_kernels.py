@@ -3,6 +3,7 @@ at every midpoint of every table, one float either side, at ±0 and ±1 (blocks 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -61,6 +62,43 @@ def test_carry_table_counts_the_mids_below_every_key_s_floats():
         low = (bits ^ np.where(bits >> 31 == 1, np.uint32(0xFFFF), np.uint32(0))) & np.uint32(0xFFFF)
         got = (t.carry[bits >> 16].astype(np.uint64) + low) >> 16
         np.testing.assert_array_equal(got, np.searchsorted(mids, bits.view(np.float32), side="left"), err_msg=name)
+
+
+def test_numba_vector_search_over_every_float_in_the_unit_interval():
+    """The hand-vectorised 8-bit search (numba_vectors.carry_codes) against the scalar carry
+    lookup (_nearest_carry) for both signs of every float32 of magnitude <= 1, in blocks of 1024
+    whose first element, 1.0, makes the scale 1; the last block of each run cut short."""
+    from horovod_q8.backends import cpu_kernels as K
+
+    t = codebooks.tables("dynamic_tree", 8)
+    top, run = int(np.float32(1).view(np.uint32)), 1023 * (1 << 14)
+    for sign in (0, 0x80000000):
+        for lo in range(0, top + 1, run):
+            bits = np.arange(lo, min(lo + run, top + 1), dtype=np.uint32) | np.uint32(sign)
+            rows = -(-bits.size // 1023)
+            padded = np.zeros(rows * 1023, np.uint32)
+            padded[: bits.size] = bits
+            x = np.ones((rows, 1024), np.float32)
+            x[:, 1:] = padded.view(np.float32).reshape(rows, 1023)
+            x = x.reshape(-1)[: bits.size + rows]
+            got = np.empty(4 * rows + x.size, np.uint8)
+            K.SERIAL["encode_codebook"](x, x.size, 1024, got[: 4 * rows].view(np.uint32), got[4 * rows:], t.carry,
+                                        t.mids, t.values, t.positive_mid_bits, t.size, 8, t.zero_code, False, 0)
+            want = np.empty(x.size, np.uint8)
+            K._nearest_carry(x, x.size, t.carry, np.empty(x.size, np.uint16), np.empty(x.size, np.uint16), want)
+            bad = np.flatnonzero(got[4 * rows:] != want)
+            assert bad.size == 0, f"{bad.size} codes differ, first at {x[bad[0]]!r}"
+
+
+def test_numba_vectors_digest_is_current():
+    """Numba's cache is keyed by cpu_kernels.py's stamp alone: a change to numba_vectors.py must
+    change NUMBA_VECTORS_DIGEST there, or cached kernels would keep the old vector code."""
+    import hashlib
+
+    from horovod_q8.backends import cpu_kernels as K, numba_vectors
+
+    digest = hashlib.sha256(Path(numba_vectors.__file__).read_bytes()).hexdigest()[:16]
+    assert K.NUMBA_VECTORS_DIGEST == digest, f"set NUMBA_VECTORS_DIGEST = {digest!r} in cpu_kernels.py"
 
 
 def test_symmetric_4bit_path_is_taken_only_for_symmetric_tables():

@@ -7,7 +7,9 @@ tensors, where it pays for waking the thread pool.
 Speed comes from loops LLVM vectorises: each inner loop runs over a slice from index 0 (an
 index like `x[start + i]` may be negative to Numba, which then checks it and gives up on
 SIMD), and the work of one block (absmax, divide, table search, packing) runs while the
-block is in the L1 cache instead of one pass over the whole tensor per step.
+block is in the L1 cache instead of one pass over the whole tensor per step. Where LLVM leaves
+a loop scalar (the 8-bit search's and decode's table reads), `numba_vectors` writes its
+vector IR by hand.
 """
 from __future__ import annotations
 
@@ -19,8 +21,13 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from horovod_q8.backends.numba_vectors import LANES, carry_codes8, store_fence, stream_values8, table_values8
+from horovod_q8.backends.numba_vectors import CODES_STEP, LANES, carry_codes, table_values8
 from horovod_q8.cores import codec_threads
+
+# Numba's cache files are keyed by this file's timestamp and size alone, not by the modules whose
+# IR its kernels inline: a change to numba_vectors.py comes with a new digest here, so that
+# every cached kernel is compiled again (tests/test_codec_kernels.py checks it).
+NUMBA_VECTORS_DIGEST = "398a14e94d439e30"
 
 ABS_MASK = np.uint32(0x7FFFFFFF)
 INF_BITS = np.uint32(0x7F800000)
@@ -28,7 +35,6 @@ NAN_BITS = np.uint32(0x7FC00000)
 CHUNK = 16384  # elements per parallel work item; a multiple of 8 so packed bytes never straddle
 FUSED_MAX = 1 << 16  # largest block encoded in one pass (scale and codes while it is cached)
 DECODE, ACCUMULATE, PAIR = 0, 1, 2  # what `decode` writes
-STREAM_MIN_BYTES = 1 << 62  # 8-bit decodes from this size write with non-temporal stores, as the native kernels
 
 
 @njit(cache=True)
@@ -93,11 +99,11 @@ def _nearest_carry(vt, length, carry, hi, lo, ct):
 
 @njit(cache=True)
 def _divided_codes8(xs, scale, carry, ct):
-    """ct = count(mids < xs / scale) for an 8-bit table, len(xs) a multiple of LANES: the
-    division and the carry lookup of `_nearest_carry` eight lanes at a time, without its
-    scratch (`numba_vectors.carry_codes8`: LLVM leaves `_nearest_carry`'s table read scalar)."""
-    for i in range(0, xs.size, LANES):
-        carry_codes8(xs, i, scale, carry, ct)
+    """ct = count(mids < xs / scale) for an 8-bit table, len(xs) a multiple of CODES_STEP: the
+    division and the carry lookup of `_nearest_carry` a vector at a time, without its scratch
+    (`numba_vectors.carry_codes`: LLVM leaves `_nearest_carry`'s table read scalar)."""
+    for i in range(0, xs.size, CODES_STEP):
+        carry_codes(xs, i, scale, carry, ct)
 
 
 @njit(cache=True)
@@ -187,9 +193,9 @@ def _segment_codes(xs, sbits, scale, vt, hi, lo, ct, carry, mids, values, pos, s
     if sbits == INF_BITS:
         _divide_overflowed(xs, vt)
     elif bits == 8 and not stochastic:
-        body = length - length % LANES
+        body = length - length % CODES_STEP
         _divided_codes8(xs[:body], scale, carry, ct)
-        if body < length:  # the calls cost about 0.1 ms per 25.6M elements even when empty
+        if body < length:
             _divide(xs[body:], scale, vt)
             _nearest_carry(vt, length - body, carry, hi, lo, ct[body:])
         return
@@ -252,9 +258,9 @@ def encode_codebook(x, n, block, scale_bits, codes, carry, mids, values, pos, si
                 if bits == 8 and not stochastic and 0 < sb < INF_BITS:
                     # indices into x and codes, not slices of them: a slice per block and a call
                     # with its arrays cost more than the block's search (see _divided_codes8)
-                    body = s + (e - s) // LANES * LANES
-                    for i in range(s, body, LANES):
-                        carry_codes8(x, i, scales[b], carry, codes)
+                    body = s + (e - s) // CODES_STEP * CODES_STEP
+                    for i in range(s, body, CODES_STEP):
+                        carry_codes(x, i, scales[b], carry, codes)
                     if body < e:
                         _segment_codes(x[body:e], sb, scales[b], vt, hi, lo, codes[body:e], carry, mids, values, pos,
                                        size, bits, zero_code, stochastic, seed, body)
@@ -504,18 +510,6 @@ def _pair_packed(cs, cs1, st, st1, post, os, bits):
                 os[4 * k + q] = (st[(b0 >> sh) & np.uint8(3)] + st1[(b1 >> sh) & np.uint8(3)]) * post
 
 
-@njit(cache=True, inline="always")
-def _decode8(cs, st, os):
-    """A block's 8-bit decode, inlined into `decode`'s loop (Numba IR) instead of a call of
-    `_decode_segment` per block: 25.6M q8 codes in 7.35 ms against 8.17 (serial; 6.11 against
-    6.67 for the parallel kernel on one thread; `HOROVOD_Q8_NATIVE=0 horovod-q8 bench codec
-    --formats q8 --threads 1 --repeats 9 --stat min --baseline 2882264`, Zen 5, console only)."""
-    words = cs.size >> 3
-    _decode_words(cs[: 8 * words].view(np.uint64), st, os[: 8 * words].reshape((words, 8)))
-    for j in range(8 * words, cs.size):
-        os[j] = st[cs[j]]
-
-
 @njit(cache=True)
 def _decode_segment(codes, codes1, i, e, bits, st, st1, out, mode, post):
     """Elements [i, e) of one block: whole bytes through the fast loops, a straddling head/tail one by one."""
@@ -553,8 +547,6 @@ def decode(codes, codes1, n, block, scales, scales1, has_scales, table, bits, ou
     """mode DECODE: out = table[code] * scale * post; ACCUMULATE: out = (out + table[code] *
     scale) * post; PAIR: out = (value of codes + value of codes1) * post, two ranks' parts in
     one pass. Threshold formats have no scales (scale 1); post is float32."""
-    base = out.ctypes.data
-    stream = n * 4 >= STREAM_MIN_BYTES and base % 4 == 0
     for c in prange((n + CHUNK - 1) // CHUNK):
         start = c * CHUNK
         end = min(start + CHUNK, n)
@@ -575,23 +567,14 @@ def decode(codes, codes1, n, block, scales, scales1, has_scales, table, bits, ou
             if mode == PAIR:
                 _scaled_table(table, s1, np.float32(1), st1)
             if bits == 8 and mode == DECODE:
-                lead = min(e, i + (-(base + 4 * i) % 32) // 4) if stream else i  # to out's next 32-byte boundary
-                body = lead + (e - lead) // LANES * LANES
-                for j in range(i, lead):
-                    out[j] = st[codes[j]]
-                if stream:
-                    for j in range(lead, body, LANES):
-                        stream_values8(codes, j, st, out)
-                else:
-                    for j in range(lead, body, LANES):
-                        table_values8(codes, j, st, out)
+                body = i + (e - i) // LANES * LANES
+                for j in range(i, body, LANES):
+                    table_values8(codes, j, st, out)
                 for j in range(body, e):
                     out[j] = st[codes[j]]
             else:
                 _decode_segment(codes, codes1, i, e, bits, st, st1, out, mode, post)
             i = e
-    if stream:
-        store_fence()
 
 
 def _compiled(f, parallel: bool):

@@ -13,6 +13,7 @@ from numba import types
 from numba.extending import intrinsic
 
 LANES = 8
+CODES_STEP = 4 * LANES  # elements per carry_codes: four divisions issued before the first table read
 PREFETCH_AHEAD = 2048  # floats (8 KB) ahead of the codes step: the next block's absmax reads them from cache
 
 _I8, _I32, _I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -58,11 +59,12 @@ def _table_reads(builder: ir.IRBuilder, table: ir.Value, keys: ir.Value) -> ir.V
 
 
 @intrinsic
-def carry_codes8(typingctx, x, i, scale, carry, codes):
-    """codes[i:i+8] = count(mids < x[i:i+8] / scale): (carry[bits >> 16] + low) >> 16, low
-    being the quotient's low 16 bits, inverted where it is negative (codebooks.carry_table).
-    Prefetches x PREFETCH_AHEAD floats ahead. The caller keeps i + 8 <= len(x), len(codes).
-    codes: uint8, or int32 (one code per lane, where a kernel packs narrower codes after)."""
+def carry_codes(typingctx, x, i, scale, carry, codes):
+    """codes[i:i+32] = count(mids < x[i:i+32] / scale) for an 8-bit table: (carry[bits >> 16] +
+    low) >> 16, low being the quotient's low 16 bits, inverted where it is negative
+    (codebooks.carry_table). Prefetches x PREFETCH_AHEAD floats ahead. The caller keeps
+    i + CODES_STEP <= len(x), len(codes). codes: uint8, or int32 (typed for kernels that also
+    take narrower codes through an int32 buffer)."""
     if not (_contiguous(x, types.float32) and isinstance(i, types.Integer) and scale == types.float32
             and _contiguous(carry, types.uint32)
             and (_contiguous(codes, types.uint8) or _contiguous(codes, types.int32))):
@@ -73,60 +75,46 @@ def carry_codes8(typingctx, x, i, scale, carry, codes):
         xa = context.make_array(sig.args[0])(context, builder, args[0])
         ta = context.make_array(sig.args[3])(context, builder, args[3])
         ca = context.make_array(sig.args[4])(context, builder, args[4])
-        at = args[1]
-        _prefetch(builder, builder.gep(xa.data, [builder.add(at, ir.Constant(at.type, PREFETCH_AHEAD))]))
-        xv = builder.load(builder.bitcast(builder.gep(xa.data, [at]), _VF.as_pointer()), align=4)
-        b = builder.bitcast(builder.fdiv(xv, _splat(builder, args[2], _VF)), _V32)
-        low = builder.and_(builder.xor(b, builder.ashr(b, _const(31))), _const(0xFFFF))
-        entries = _table_reads(builder, ta.data, builder.lshr(b, _const(16)))
-        c = builder.lshr(builder.add(entries, low), _const(16))
-        if out_type is _V8:
-            c = builder.trunc(c, _V8)
-        builder.store(c, builder.bitcast(builder.gep(ca.data, [at]), out_type.as_pointer()), align=1)
+        at0 = args[1]
+        sv = _splat(builder, args[2], _VF)
+        bs = []
+        for q in range(CODES_STEP // LANES):
+            at = builder.add(at0, ir.Constant(at0.type, LANES * q))
+            if q % 2 == 0:  # a 64-byte line per two vectors
+                _prefetch(builder, builder.gep(xa.data, [builder.add(at, ir.Constant(at.type, PREFETCH_AHEAD))]))
+            xv = builder.load(builder.bitcast(builder.gep(xa.data, [at]), _VF.as_pointer()), align=4)
+            bs.append(builder.bitcast(builder.fdiv(xv, sv), _V32))
+        for q in range(CODES_STEP // LANES):
+            at = builder.add(at0, ir.Constant(at0.type, LANES * q))
+            b = bs[q]
+            low = builder.and_(builder.xor(b, builder.ashr(b, _const(31))), _const(0xFFFF))
+            entries = _table_reads(builder, ta.data, builder.lshr(b, _const(16)))
+            c = builder.lshr(builder.add(entries, low), _const(16))
+            if out_type is _V8:
+                c = builder.trunc(c, _V8)
+            builder.store(c, builder.bitcast(builder.gep(ca.data, [at]), out_type.as_pointer()), align=1)
         return context.get_dummy_value()
 
     return types.void(x, i, scale, carry, codes), codegen
 
 
-def _values8(stream: bool):
-    """The intrinsic out[i:i+8] = table[codes[i:i+8]] (8-bit codes, a float32 table of 256),
-    with a non-temporal store where `stream` (out + i then 32-byte aligned). The caller keeps
-    i + 8 <= len(codes), len(out)."""
-
-    def values8(typingctx, codes, i, table, out):
-        if not (_contiguous(codes, types.uint8) and isinstance(i, types.Integer)
-                and _contiguous(table, types.float32) and _contiguous(out, types.float32)):
-            return None
-
-        def codegen(context, builder, sig, args):
-            ca = context.make_array(sig.args[0])(context, builder, args[0])
-            ta = context.make_array(sig.args[2])(context, builder, args[2])
-            oa = context.make_array(sig.args[3])(context, builder, args[3])
-            at = args[1]
-            c = builder.load(builder.bitcast(builder.gep(ca.data, [at]), _V8.as_pointer()), align=1)
-            v = _table_reads(builder, builder.bitcast(ta.data, _I32.as_pointer()), builder.zext(c, _V32))
-            dst = builder.bitcast(builder.gep(oa.data, [at]), _VF.as_pointer())
-            st = builder.store(builder.bitcast(v, _VF), dst, align=32 if stream else 4)
-            if stream:
-                st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(_I32, 1)]))
-            return context.get_dummy_value()
-
-        return types.void(codes, i, table, out), codegen
-
-    values8.__name__ = "stream_values8" if stream else "table_values8"
-    return intrinsic(values8)
-
-
-table_values8 = _values8(False)
-stream_values8 = _values8(True)
-
-
 @intrinsic
-def store_fence(typingctx):
-    """Orders the non-temporal stores before whatever reads their output next."""
+def table_values8(typingctx, codes, i, table, out):
+    """out[i:i+8] = table[codes[i:i+8]] (8-bit codes, a float32 table of 256). The caller keeps
+    i + 8 <= len(codes), len(out). Plain stores: non-temporal ones, as the native kernels write
+    large outputs, made 25.6M decoded values slower here (8.68 against 7.15 ms, Zen 4, docs/performance.md)."""
+    if not (_contiguous(codes, types.uint8) and isinstance(i, types.Integer) and _contiguous(table, types.float32)
+            and _contiguous(out, types.float32)):
+        return None
 
     def codegen(context, builder, sig, args):
-        builder.fence("seq_cst")
+        ca = context.make_array(sig.args[0])(context, builder, args[0])
+        ta = context.make_array(sig.args[2])(context, builder, args[2])
+        oa = context.make_array(sig.args[3])(context, builder, args[3])
+        at = args[1]
+        c = builder.load(builder.bitcast(builder.gep(ca.data, [at]), _V8.as_pointer()), align=1)
+        v = _table_reads(builder, builder.bitcast(ta.data, _I32.as_pointer()), builder.zext(c, _V32))
+        builder.store(builder.bitcast(v, _VF), builder.bitcast(builder.gep(oa.data, [at]), _VF.as_pointer()), align=4)
         return context.get_dummy_value()
 
-    return types.void(), codegen
+    return types.void(codes, i, table, out), codegen

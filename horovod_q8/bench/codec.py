@@ -80,8 +80,8 @@ def _load(name: str, path: Path) -> ModuleType:
 
 
 def baseline_backend(rev: str) -> Backend:
-    """The CPU backend (backends/cpu.py, cpu_kernels.py and, where it has them, native.py with its
-    kernels/ sources) of git revision `rev`, importable beside this tree's: written to a
+    """The CPU backend (backends/cpu.py, cpu_kernels.py and, where it has them, numba_vectors.py
+    and native.py with its kernels/ sources) of git revision `rev`, importable beside this tree's: written to a
     temporary folder, its imports pointed at its own copies."""
     root = Path(__file__).resolve().parents[2]
 
@@ -92,7 +92,14 @@ def baseline_backend(rev: str) -> Backend:
         return git("show", f"{rev}:{path}")
 
     folder = Path(tempfile.mkdtemp(prefix="hq8-baseline-"))
-    (folder / "hq8_baseline_kernels.py").write_text(show("horovod_q8/backends/cpu_kernels.py"))
+    kernels_source = show("horovod_q8/backends/cpu_kernels.py")
+    if "horovod_q8/backends/numba_vectors.py" in git("ls-tree", "-r", "--name-only", rev, "horovod_q8/backends"):
+        # its hand-vectorised steps too, not this tree's
+        (folder / "hq8_baseline_vectors.py").write_text(show("horovod_q8/backends/numba_vectors.py"))
+        _load("hq8_baseline_vectors", folder / "hq8_baseline_vectors.py")
+        kernels_source = kernels_source.replace("from horovod_q8.backends.numba_vectors import",
+                                                "from hq8_baseline_vectors import")
+    (folder / "hq8_baseline_kernels.py").write_text(kernels_source)
     kernels_mod = _load("hq8_baseline_kernels", folder / "hq8_baseline_kernels.py")
     source = show("horovod_q8/backends/cpu.py")
     line = "from horovod_q8.backends import cpu_kernels as K"
