@@ -71,6 +71,14 @@ def check_compressor_options(min_size: Any = 1024, error_feedback: Any = None, w
 UNSUPPORTED_OP = ("horovod_q8 supports op=hvd.Average and op=hvd.Sum; Adasum, Min, Max and Product cannot be "
                   "computed from quantized codes")
 
+# Why a non-global process_set is refused, in every frontend: the engine's collectives span every
+# rank, so the set's ranks alone would wait for the others. The whole sentence (per-tensor calls)
+# and the part an optimizer's list of refusals takes.
+NON_GLOBAL_PROCESS_SET = ("horovod_q8 compression reduces over every rank: a non-global process_set is not "
+                          "supported (use Horovod's own compression for that process set)")
+NON_GLOBAL_PROCESS_SET_PART = ("a non-global process_set (horovod_q8 reduces over every rank; use the global "
+                               "process set, or Horovod's own compression for a subset)")
+
 # The format options of `formats.get`; None means the format's own default.
 FORMAT_OPTIONS = ("block_size", "rounding", "seed", "threshold", "levels")
 HOROVOD_OWN = ("none", "fp16")  # names that give Horovod's own compressors

@@ -2,6 +2,10 @@
 at every midpoint of every table, one float either side, at ±0 and ±1 (blocks of scale 1)."""
 from __future__ import annotations
 
+import os
+import platform
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -152,3 +156,17 @@ def test_read_only_arrays_encode_and_decode_through_numba(numba_only, name, with
     buf.setflags(write=False)
     want = q.dequantize(buf, fmt, 5000, backend="reference")
     np.testing.assert_array_equal(q.dequantize(buf, fmt, 5000, backend="cpu").view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="an x86-64 instruction set to compile for")
+def test_numba_kernels_compiled_for_avx2_alone(tmp_path):
+    """LLVM lowers numba_vectors' IR per instruction set: this file's tests again with the Numba
+    kernels compiled for an AVX2 CPU without AVX-512 (NUMBA_CPU_NAME=haswell, its own features),
+    as on the CPUs whose users run them, in a cache of their own."""
+    env = {**os.environ, "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "", "NUMBA_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                          "not compiled_for_avx2_alone"], env=env, capture_output=True, text=True, timeout=1200)
+    assert out.returncode == 0, out.stdout[-3000:]
+    probe = subprocess.run([sys.executable, "-c", "from horovod_q8.bench.common import numba_target; print(numba_target())"],
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert "LLVM code for haswell, haswell's own features" in probe.stdout, probe.stdout + probe.stderr

@@ -27,7 +27,7 @@ from horovod_q8.cores import codec_threads
 # Numba's cache files are keyed by this file's timestamp and size alone, not by the modules whose
 # IR its kernels inline: a change to numba_vectors.py comes with a new digest here, so that
 # every cached kernel is compiled again (tests/test_codec_kernels.py checks it).
-NUMBA_VECTORS_DIGEST = "398a14e94d439e30"
+NUMBA_VECTORS_DIGEST = "512467e3d69b007e"
 
 ABS_MASK = np.uint32(0x7FFFFFFF)
 INF_BITS = np.uint32(0x7F800000)

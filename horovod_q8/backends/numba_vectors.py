@@ -84,15 +84,20 @@ def carry_codes(typingctx, x, i, scale, carry, codes):
                 _prefetch(builder, builder.gep(xa.data, [builder.add(at, ir.Constant(at.type, PREFETCH_AHEAD))]))
             xv = builder.load(builder.bitcast(builder.gep(xa.data, [at]), _VF.as_pointer()), align=4)
             bs.append(builder.bitcast(builder.fdiv(xv, sv), _V32))
-        for q in range(CODES_STEP // LANES):
-            at = builder.add(at0, ir.Constant(at0.type, LANES * q))
-            b = bs[q]
+        cs = []
+        for b in bs:
             low = builder.and_(builder.xor(b, builder.ashr(b, _const(31))), _const(0xFFFF))
             entries = _table_reads(builder, ta.data, builder.lshr(b, _const(16)))
-            c = builder.lshr(builder.add(entries, low), _const(16))
-            if out_type is _V8:
-                c = builder.trunc(c, _V8)
-            builder.store(c, builder.bitcast(builder.gep(ca.data, [at]), out_type.as_pointer()), align=1)
+            cs.append(builder.lshr(builder.add(entries, low), _const(16)))
+        # the four vectors joined before narrowing: one pack sequence and one store per step
+        # rather than per vector (on AVX2 each lone narrowing takes a shuffle and a permute)
+        halves = [builder.shuffle_vector(cs[k], cs[k + 1], ir.Constant(ir.VectorType(_I32, 2 * LANES), list(range(2 * LANES))))
+                  for k in (0, 2)]
+        c = builder.shuffle_vector(halves[0], halves[1], ir.Constant(ir.VectorType(_I32, CODES_STEP), list(range(CODES_STEP))))
+        vty = ir.VectorType(out_type.element, CODES_STEP)
+        if out_type is _V8:
+            c = builder.trunc(c, vty)
+        builder.store(c, builder.bitcast(builder.gep(ca.data, [at0]), vty.as_pointer()), align=1)
         return context.get_dummy_value()
 
     return types.void(x, i, scale, carry, codes), codegen

@@ -233,12 +233,12 @@ def resolve_formats(spec: str, n: int) -> List[Format]:
 def report(args: argparse.Namespace, rows: List[dict], load_before: float, n: int) -> None:
     import numba
 
-    from horovod_q8.bench.common import machine, markdown
+    from horovod_q8.bench.common import machine, markdown, numba_target
 
     from horovod_q8.backends import native
 
     stat = "best" if args.stat == "min" else "median"
-    family = native.describe() if native.in_use() else f"Numba ({native.describe()})"
+    family = native.describe() if native.in_use() else f"Numba ({native.describe()}; {numba_target()})"
     print(f"# codec benchmark: {n} float32 ({4 * n / 1e6:.0f} MB, Gaussian), {stat} of {args.repeats} "
           f"interleaved rounds; kernels: {family}; {machine()}; numba {numba.__version__}, "
           f"{numba.config.NUMBA_NUM_THREADS} Numba threads at most; load average {load_before:.2f} before, "

@@ -99,7 +99,22 @@ def kernels() -> str:
         return "native AVX-512"
     if native.library_avx2() is not None:
         return "native AVX2 (Numba for the rest)"
-    return "Numba (no native kernels: " + native.describe() + ")"
+    return f"Numba (no native kernels: {native.describe()}; {numba_target()})"
+
+
+def numba_target() -> str:
+    """What LLVM compiles the Numba kernels for: the host CPU, or NUMBA_CPU_NAME/NUMBA_CPU_FEATURES."""
+    try:
+        import llvmlite.binding as ll
+        from numba.core import config
+    except ImportError:
+        return "numba not installed: the NumPy reference runs"
+    name = config.CPU_NAME or ll.get_host_cpu_name()
+    if config.CPU_FEATURES is None:
+        features = "the host's features"
+    else:
+        features = f"features {config.CPU_FEATURES!r}" if config.CPU_FEATURES else f"{name}'s own features"
+    return f"LLVM code for {name}, {features}"
 
 
 def number(v: float) -> str:

@@ -23,6 +23,7 @@ import horovod
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
+from horovod_q8.options import NON_GLOBAL_PROCESS_SET, NON_GLOBAL_PROCESS_SET_PART
 from horovod_q8.tensorflow.compressor import RefusedOption
 
 KNOWN_VERSIONS = ("0.28.",)
@@ -78,8 +79,7 @@ def _make(name, device_dense, device_sparse, compression, sparse_as_dense, op,
         refused.append("groups (horovod_q8 fuses gradients into its own buckets; drop groups= "
                        "or set fusion_bytes on horovod_q8.tensorflow.keras.DistributedOptimizer)")
     if process_set is not hvd.global_process_set:
-        refused.append("a non-global process_set (horovod_q8 reduces over every rank; use the "
-                       "global process set or hvd.Compression.fp16 for a subset)")
+        refused.append(NON_GLOBAL_PROCESS_SET_PART)
     if refused:
         raise RefusedOption("horovod_q8 compression cannot honour " + "; ".join(refused))
     return FusedReducer(name, compression, sparse_as_dense, op, gradient_predivide_factor,
@@ -138,8 +138,7 @@ def _wrap_allreduce() -> None:
         if isinstance(bound.arguments["compression"], (Q8Compressor, AutoCompressor)):
             check_op(bound.arguments["op"])  # before Horovod, which refuses Adasum under Gloo in its own words
             if bound.arguments["process_set"] is not hvd.global_process_set:  # its ranks alone would wait for all
-                raise RefusedOption("horovod_q8 compression reduces over every rank: a non-global process_set is "
-                                    "not supported (use Horovod's own compression for that process set)")
+                raise RefusedOption(NON_GLOBAL_PROCESS_SET)
         if bound.arguments["process_set"] is hvd.global_process_set:
             agree(bound.arguments["compression"], "allreduce", once=True)
         return original(tensor, *args, **kwargs)

@@ -20,6 +20,7 @@ import logging
 import os
 from typing import Callable, Dict, Optional
 
+from horovod_q8.options import NON_GLOBAL_PROCESS_SET
 from horovod_q8.torch import generation, hvd_agreement
 from horovod_q8.torch.common import check_op
 from horovod_q8.torch.names import with_names
@@ -135,8 +136,7 @@ def install() -> bool:
 
     def refuse_process_set(compression, process_set) -> None:
         if _is_ours(compression) and not hvd_agreement.is_global(process_set):
-            raise ValueError("horovod_q8 compression reduces over every rank: a non-global process_set is not "
-                             "supported (use Horovod's own compression for that process set)")
+            raise ValueError(NON_GLOBAL_PROCESS_SET)
 
     def agree_once(compression, args, kwargs) -> None:
         if _is_ours(compression):  # before Horovod's own refusal

@@ -20,7 +20,7 @@ import torch
 
 from horovod_q8.collective import bucket_parts, engine, policy
 from horovod_q8.collective.auto import AutoCompressorBase
-from horovod_q8.options import UNSUPPORTED_OP
+from horovod_q8.options import NON_GLOBAL_PROCESS_SET_PART, UNSUPPORTED_OP
 from horovod_q8.torch import generation, hvd_agreement
 from horovod_q8.torch.common import plain_dtype, seed_for
 from horovod_q8.torch.compressor import Q8Compressor
@@ -452,7 +452,7 @@ def from_horovod_arguments(optimizer, named_parameters, compression, backward_pa
         refused.append("groups/num_groups (horovod_q8 fuses gradients into its own buckets; drop them "
                        "or use horovod_q8.torch.DistributedOptimizer(fusion_bytes=...))")
     if process_set is not None and process_set is not hvd.global_process_set:
-        refused.append("a non-global process_set (horovod_q8 reduces over every rank)")
+        refused.append(NON_GLOBAL_PROCESS_SET_PART)
     if refused:
         raise ValueError("horovod_q8 compression cannot honour " + "; ".join(refused))
     return DistributedOptimizer(optimizer, named_parameters, compression, backward_passes_per_step,
