@@ -170,3 +170,29 @@ def test_numba_kernels_compiled_for_avx2_alone(tmp_path):
     probe = subprocess.run([sys.executable, "-c", "from horovod_q8.bench.common import numba_target; print(numba_target())"],
                            env=env, capture_output=True, text=True, timeout=120)
     assert "LLVM code for haswell, haswell's own features" in probe.stdout, probe.stdout + probe.stderr
+
+
+@pytest.mark.parametrize("kernels", ["cpu", "numba"])
+def test_cpu_backend_takes_strided_input_and_refuses_short_arrays(kernels, request):
+    """The kernels index their arrays whole: a strided x is made one run first (the reference's
+    bytes), and a buffer or output shorter than the size asks is a clear error, not a read or
+    write past its end."""
+    from horovod_q8.backends import cpu
+
+    if kernels == "numba":
+        request.getfixturevalue("numba_only")
+    n = 4096
+    fmt = get("q8").for_shape((n,))
+    x = np.random.default_rng(5).standard_normal(2 * n).astype(np.float32)[::2]
+    buf = cpu.encode(x, fmt)
+    assert np.array_equal(buf, R.encode(np.ascontiguousarray(x), fmt))
+    raw = np.full(2 * n, 7.0, np.float32)
+    with pytest.raises(ValueError, match="output of 2048 elements, 4096 needed"):
+        cpu.decode(buf, fmt, n, out=raw[:2048])
+    assert np.all(raw == 7.0)
+    with pytest.raises(ValueError, match="buffer of"):
+        cpu.decode(buf[:-1024], fmt, n)
+    with pytest.raises(ValueError, match="buffer of"):
+        cpu.decode_sum([buf, buf[:-1]], fmt, n, np.empty(n, np.float32))
+    with pytest.raises(ValueError, match="output of"):
+        cpu.encode(x, fmt, out=np.empty(fmt.nbytes(n) - 1, np.uint8))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
+from typing import Optional
 
 
 def kernel_source(name: str = "codec.cu") -> str:
@@ -18,6 +19,18 @@ def check_decode_scale(scale: float, accumulate: bool) -> None:
     """Every backend's decode: a factor scales decoded values, never an accumulation."""
     if scale != 1.0 and accumulate:
         raise ValueError("decode: scale applies to decoded values, not to an accumulation")
+
+
+def check_sizes(what: str, fmt, n: int, bufs=(), out=None, out_min: Optional[int] = None) -> None:
+    """A kernel indexes its arrays whole: a buffer shorter than fmt.nbytes(n) bytes, or an output
+    shorter than out_min elements (n where not given), would be read or written past its end."""
+    need = fmt.nbytes(n)
+    for buf in bufs:
+        if buf.size < need:
+            raise ValueError(f"{what}: {fmt.name} buffer of {buf.size} bytes, {need} needed for {n} elements")
+    want = n if out_min is None else out_min
+    if out is not None and out.size < want:
+        raise ValueError(f"{what}: output of {out.size} elements, {want} needed for {n} elements")
 
 
 def decode_sum_by_parts(decode, bufs, fmt, n: int, out, scale: float = 1.0):

@@ -9,7 +9,7 @@ import numpy as np
 
 from horovod_q8.backends import cpu_kernels as K
 from horovod_q8.backends import native
-from horovod_q8.backends.common import check_decode_scale, decode_sum_by_parts
+from horovod_q8.backends.common import check_decode_scale, check_sizes, decode_sum_by_parts
 from horovod_q8.formats.codebooks import tables
 from horovod_q8.formats.spec import CODEBOOK, Format
 
@@ -73,6 +73,7 @@ def encode(x: np.ndarray, fmt: Format, residual: Optional[np.ndarray] = None,
     n = x.size
     if out is None:
         out = np.empty(fmt.nbytes(n), dtype=np.uint8)
+    check_sizes("encode", fmt, n, out_min=fmt.nbytes(n), out=out)
     nb = fmt.n_blocks(n)
     encode_into(x, fmt, out[: 4 * nb].view(np.uint32), out[4 * nb:], residual, seed)
     return out
@@ -85,7 +86,11 @@ def encode_into(x: np.ndarray, fmt: Format, scale_bits: np.ndarray, codes: np.nd
     n = x.size
     if n == 0:
         return
-    nt = native_encoder(fmt, n) if x.flags.c_contiguous else None
+    if scale_bits.size < fmt.n_blocks(n) or codes.size < fmt.nbytes(n) - 4 * fmt.n_blocks(n):
+        raise ValueError(f"encode: {scale_bits.size} scales and {codes.size} code bytes, "
+                         f"{fmt.n_blocks(n)} and {fmt.nbytes(n) - 4 * fmt.n_blocks(n)} needed for {n} elements")
+    x = np.ascontiguousarray(x)  # every kernel reads x whole, as one run
+    nt = native_encoder(fmt, n)
     if nt is not None and fmt.bits == 8:
         native.encode8(x, n, fmt.block_for(n), scale_bits, codes, nt, threads(n))
     elif nt is not None:
@@ -113,6 +118,7 @@ def decode(buf: np.ndarray, fmt: Format, n: int, out: Optional[np.ndarray] = Non
     check_decode_scale(scale, accumulate)
     if out is None:
         out = np.zeros(n, dtype=np.float32) if accumulate else np.empty(n, dtype=np.float32)
+    check_sizes("decode", fmt, n, [buf], out)
     if n == 0:
         return out
     nb = fmt.n_blocks(n)
@@ -131,6 +137,7 @@ def decode(buf: np.ndarray, fmt: Format, n: int, out: Optional[np.ndarray] = Non
 def decode_sum(bufs: Sequence[np.ndarray], fmt: Format, n: int, out: np.ndarray, scale: float = 1.0) -> np.ndarray:
     """float32 `out` = (sum of the values of `bufs` in order) * `scale`, in one pass where the
     native kernels apply (the bits of backends.decode_sum_by_parts)."""
+    check_sizes("decode_sum", fmt, n, bufs, out)
     if bufs and n and out.flags.c_contiguous:
         nt = native_decoder(fmt, n)
         if nt is not None:

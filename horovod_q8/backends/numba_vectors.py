@@ -1,9 +1,11 @@
 """Steps of the Numba kernels written as LLVM vector IR (`numba.extending.intrinsic`), where
 LLVM's loop vectoriser leaves a loop scalar: the 8-bit search's table read.
 
-The IR is target-independent (vector loads and stores, `extractelement`/`insertelement`,
+The IR names no instruction set (vector loads and stores, `extractelement`/`insertelement`,
 `llvm.prefetch`): LLVM lowers it to AVX2 or AVX-512 on x86-64 and to NEON on AArch64, so the
-Numba path stays the path for any CPU without a C compiler. Byte-for-byte the same as
+Numba path stays the path for any CPU without a C compiler. It assumes a little-endian target
+(x86-64, AArch64, ppc64le), as the rest of the codec does: the keys leave the vector as 64-bit
+words, the first key in the low half. Byte-for-byte the same as
 `formats.reference`: the IEEE division and the carry table of `cpu_kernels._nearest_carry`.
 """
 from __future__ import annotations
