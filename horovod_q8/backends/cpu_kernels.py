@@ -29,7 +29,7 @@ from horovod_q8.cores import codec_threads
 # every cached kernel is compiled again (tests/test_codec_kernels.py checks it). Every function
 # that inlines that IR is defined in this file. A tree copied with its timestamps kept onto a
 # cache of the old one would still load the old code: the digest keeps the file's size.
-NUMBA_VECTORS_DIGEST = "b704f618202c222c"
+NUMBA_VECTORS_DIGEST = "5d86c9525d7b5f71"
 
 ABS_MASK = np.uint32(0x7FFFFFFF)
 INF_BITS = np.uint32(0x7F800000)
@@ -421,18 +421,11 @@ def _scaled_table(table, s, post, st):
 # out = (v0 + v1) * post (a pair of parts): a multiplication by post = 1 gives the same bits,
 # so it stays in the loop rather than doubling the loops.
 
-@njit(cache=True, inline="always")
-def _decode_words(c64, st, o8):
-    """Eight 8-bit codes per 64-bit load (fewer memory operations than one load per code;
-    unaligned words are fine on x86-64 and AArch64)."""
-    for k in range(c64.size):
-        w = c64[k]
-        for q in range(8):
-            o8[k, q] = st[(w >> np.uint64(8 * q)) & np.uint64(255)]
-
-
 @njit(cache=True)
 def _decode_words_acc(c64, st, post, o8):
+    """Eight 8-bit codes per 64-bit load (fewer memory operations than one load per code;
+    unaligned words are fine on x86-64 and AArch64); a plain 8-bit decode takes
+    `numba_vectors.table_values8` in `decode` instead."""
     for k in range(c64.size):
         w = c64[k]
         for q in range(8):
@@ -529,10 +522,8 @@ def _decode_segment(codes, codes1, i, e, bits, st, st1, out, mode, post):
         c64 = cs[: 8 * words].view(np.uint64)
         if mode == PAIR:
             _pair_words(c64, cs1[: 8 * words].view(np.uint64), st, st1, post, o8)
-        elif mode == ACCUMULATE:
+        else:  # ACCUMULATE: `decode` takes a plain 8-bit decode itself
             _decode_words_acc(c64, st, post, o8)
-        else:
-            _decode_words(c64, st, o8)
         for j in range(head + 8 * words, body):
             _decode_one(codes, codes1, j, per, bits, st, st1, out, mode, post)
     elif mode == PAIR:

@@ -1,5 +1,5 @@
 """Steps of the Numba kernels written as LLVM vector IR (`numba.extending.intrinsic`), where
-LLVM's loop vectoriser leaves a loop scalar: the 8-bit search's table read.
+LLVM's loop vectoriser leaves a loop scalar: the 8-bit search's and the 8-bit decode's table reads.
 
 The IR names no instruction set (vector loads and stores, `extractelement`/`insertelement`,
 `llvm.prefetch`): LLVM lowers it to AVX2 or AVX-512 on x86-64 and to NEON on AArch64, so the

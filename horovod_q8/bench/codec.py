@@ -81,8 +81,8 @@ def _load(name: str, path: Path) -> ModuleType:
 
 def baseline_backend(rev: str) -> Backend:
     """The CPU backend (backends/cpu.py, cpu_kernels.py and, where it has them, numba_vectors.py
-    and native.py with its kernels/ sources) of git revision `rev`, importable beside this tree's: written to a
-    temporary folder, its imports pointed at its own copies."""
+    and native.py with its kernels/ sources) of git revision `rev`, importable beside this tree's:
+    written to a temporary folder, its imports pointed at its own copies."""
     root = Path(__file__).resolve().parents[2]
 
     def git(*args: str) -> str:
