@@ -21,7 +21,9 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from horovod_q8.backends.numba_vectors import CODES_STEP, LANES, carry_codes, table_values8
+from horovod_q8.backends.numba_vectors import ACCUMULATE, CODES_STEP, DECODE, LANES, PAIR, carry_codes
+from horovod_q8.backends.numba_vectors import accumulate2, accumulate4, accumulate8, decode2, decode4, decode8
+from horovod_q8.backends.numba_vectors import pair2, pair4, pair8
 from horovod_q8.cores import codec_threads
 
 # Numba's cache files are keyed by this file's timestamp and size alone, not by the modules whose
@@ -29,14 +31,13 @@ from horovod_q8.cores import codec_threads
 # every cached kernel is compiled again (tests/test_codec_kernels.py checks it). Every function
 # that inlines that IR is defined in this file. A tree copied with its timestamps kept onto a
 # cache of the old one would still load the old code: the digest keeps the file's size.
-NUMBA_VECTORS_DIGEST = "8bfaf982f8807030"
+NUMBA_VECTORS_DIGEST = "d9d256ced2f21d6f"
 
 ABS_MASK = np.uint32(0x7FFFFFFF)
 INF_BITS = np.uint32(0x7F800000)
 NAN_BITS = np.uint32(0x7FC00000)
 CHUNK = 16384  # elements per parallel work item; a multiple of 8 so packed bytes never straddle
 FUSED_MAX = 1 << 16  # largest block encoded in one pass (scale and codes while it is cached)
-DECODE, ACCUMULATE, PAIR = 0, 1, 2  # what `decode` writes
 
 
 @njit(cache=True)
@@ -417,31 +418,6 @@ def _scaled_table(table, s, post, st):
             st[i] = st[i] * post
 
 
-# The loops below write out = v (a decode), out = (out + v) * post (an accumulation) or
-# out = (v0 + v1) * post (a pair of parts): a multiplication by post = 1 gives the same bits,
-# so it stays in the loop rather than doubling the loops.
-
-@njit(cache=True)
-def _decode_words_acc(c64, st, post, o8):
-    """Eight 8-bit codes per 64-bit load (fewer memory operations than one load per code;
-    unaligned words are fine on x86-64 and AArch64); a plain 8-bit decode takes
-    `numba_vectors.table_values8` in `decode` instead."""
-    for k in range(c64.size):
-        w = c64[k]
-        for q in range(8):
-            o8[k, q] = (o8[k, q] + st[(w >> np.uint64(8 * q)) & np.uint64(255)]) * post
-
-
-@njit(cache=True)
-def _pair_words(c0, c1, st0, st1, post, o8):
-    for k in range(c0.size):
-        w0 = c0[k]
-        w1 = c1[k]
-        for q in range(8):
-            sh = np.uint64(8 * q)
-            o8[k, q] = (st0[(w0 >> sh) & np.uint64(255)] + st1[(w1 >> sh) & np.uint64(255)]) * post
-
-
 @njit(cache=True)
 def _code(codes, j, per, bits):
     return (codes[j // per] >> ((j % per) * bits)) & ((1 << bits) - 1)
@@ -458,80 +434,46 @@ def _decode_one(codes, codes1, j, per, bits, st, st1, out, mode, post):
         out[j] = v
 
 
-# The packed loops (4-bit codes two per byte, low nibble first; 2-bit four, lowest bits
-# first; len(os) == len(cs) * 8 / bits), one per mode with the width's constant inner count:
-# a mode or width tested per element made these decodes 3-4x slower.
-
 @njit(cache=True)
-def _decode_packed(cs, st, os, bits):
-    if bits == 4:
-        for k in range(cs.size):
-            byte = cs[k]
-            os[2 * k] = st[byte & np.uint8(15)]
-            os[2 * k + 1] = st[byte >> np.uint8(4)]
-    else:
-        for k in range(cs.size):
-            byte = cs[k]
-            for q in range(4):
-                os[4 * k + q] = st[(byte >> np.uint8(2 * q)) & np.uint8(3)]
-
-
-@njit(cache=True)
-def _decode_packed_acc(cs, st, post, os, bits):
-    if bits == 4:
-        for k in range(cs.size):
-            byte = cs[k]
-            os[2 * k] = (os[2 * k] + st[byte & np.uint8(15)]) * post
-            os[2 * k + 1] = (os[2 * k + 1] + st[byte >> np.uint8(4)]) * post
-    else:
-        for k in range(cs.size):
-            byte = cs[k]
-            for q in range(4):
-                os[4 * k + q] = (os[4 * k + q] + st[(byte >> np.uint8(2 * q)) & np.uint8(3)]) * post
-
-
-@njit(cache=True)
-def _pair_packed(cs, cs1, st, st1, post, os, bits):
-    if bits == 4:
-        for k in range(cs.size):
-            b0, b1 = cs[k], cs1[k]
-            os[2 * k] = (st[b0 & np.uint8(15)] + st1[b1 & np.uint8(15)]) * post
-            os[2 * k + 1] = (st[b0 >> np.uint8(4)] + st1[b1 >> np.uint8(4)]) * post
-    else:
-        for k in range(cs.size):
-            b0, b1 = cs[k], cs1[k]
-            for q in range(4):
-                sh = np.uint8(2 * q)
-                os[4 * k + q] = (st[(b0 >> sh) & np.uint8(3)] + st1[(b1 >> sh) & np.uint8(3)]) * post
-
-
-@njit(cache=True)
-def _decode_segment(codes, codes1, i, e, bits, st, st1, out, mode, post):
-    """Elements [i, e) of one block: whole bytes through the fast loops, a straddling head/tail one by one."""
+def _decode_run(codes, codes1, i, e, bits, st, st1, out, mode, post):
+    """Elements [i, e) of one block: eight at a time through `numba_vectors`' steps, a head
+    before the first whole byte and a tail one by one. Each (width, mode) has its own loop: a
+    width or mode tested per element made these decodes 3-4x slower."""
     per = 8 // bits
     head = min(e, (i + per - 1) // per * per)
-    body = head + (e - head) // per * per
+    body = head + (e - head) // LANES * LANES
     for j in range(i, head):
         _decode_one(codes, codes1, j, per, bits, st, st1, out, mode, post)
-    cs = codes[head // per: body // per]
-    cs1 = codes1[head // per: body // per] if mode == PAIR else cs
-    os = out[head:body]
     if bits == 8:
-        words = cs.size // 8
-        o8 = os[: 8 * words].reshape((words, 8))
-        c64 = cs[: 8 * words].view(np.uint64)
-        if mode == PAIR:
-            _pair_words(c64, cs1[: 8 * words].view(np.uint64), st, st1, post, o8)
-        else:  # ACCUMULATE: `decode` takes a plain 8-bit decode itself
-            _decode_words_acc(c64, st, post, o8)
-        for j in range(head + 8 * words, body):
-            _decode_one(codes, codes1, j, per, bits, st, st1, out, mode, post)
-    elif mode == PAIR:
-        _pair_packed(cs, cs1, st, st1, post, os, bits)
-    elif mode == ACCUMULATE:
-        _decode_packed_acc(cs, st, post, os, bits)
+        if mode == DECODE:
+            for j in range(head, body, LANES):
+                decode8(codes, codes1, j, st, st1, post, out)
+        elif mode == ACCUMULATE:
+            for j in range(head, body, LANES):
+                accumulate8(codes, codes1, j, st, st1, post, out)
+        else:
+            for j in range(head, body, LANES):
+                pair8(codes, codes1, j, st, st1, post, out)
+    elif bits == 4:
+        if mode == DECODE:
+            for j in range(head, body, LANES):
+                decode4(codes, codes1, j, st, st1, post, out)
+        elif mode == ACCUMULATE:
+            for j in range(head, body, LANES):
+                accumulate4(codes, codes1, j, st, st1, post, out)
+        else:
+            for j in range(head, body, LANES):
+                pair4(codes, codes1, j, st, st1, post, out)
     else:
-        _decode_packed(cs, st, os, bits)
+        if mode == DECODE:
+            for j in range(head, body, LANES):
+                decode2(codes, codes1, j, st, st1, post, out)
+        elif mode == ACCUMULATE:
+            for j in range(head, body, LANES):
+                accumulate2(codes, codes1, j, st, st1, post, out)
+        else:
+            for j in range(head, body, LANES):
+                pair2(codes, codes1, j, st, st1, post, out)
     for j in range(body, e):
         _decode_one(codes, codes1, j, per, bits, st, st1, out, mode, post)
 
@@ -559,14 +501,7 @@ def decode(codes, codes1, n, block, scales, scales1, has_scales, table, bits, ou
             _scaled_table(table, s, post if mode == DECODE else np.float32(1), st)
             if mode == PAIR:
                 _scaled_table(table, s1, np.float32(1), st1)
-            if bits == 8 and mode == DECODE:
-                body = i + (e - i) // LANES * LANES
-                for j in range(i, body, LANES):
-                    table_values8(codes, j, st, out)
-                for j in range(body, e):
-                    out[j] = st[codes[j]]
-            else:
-                _decode_segment(codes, codes1, i, e, bits, st, st1, out, mode, post)
+            _decode_run(codes, codes1, i, e, bits, st, st1, out, mode, post)
             i = e
 
 

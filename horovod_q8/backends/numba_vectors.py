@@ -1,11 +1,12 @@
 """Steps of the Numba kernels written as LLVM vector IR (`numba.extending.intrinsic`), where
-LLVM's loop vectoriser leaves a loop scalar: the 8-bit search's and the 8-bit decode's table reads.
+LLVM's loop vectoriser leaves a loop scalar: the 8-bit search's and the decodes' table reads.
 
 The IR names no instruction set (vector loads and stores, `extractelement`/`insertelement`,
 `llvm.prefetch`): LLVM lowers it to AVX2 or AVX-512 on x86-64 and to NEON on AArch64, so the
 Numba path stays the path for any CPU without a C compiler. It assumes a little-endian target
-(x86-64, AArch64, ppc64le), as the rest of the codec does: the keys leave the vector as 64-bit
-words, the first key in the low half. Byte-for-byte the same as
+(x86-64, AArch64, ppc64le), as the rest of the codec does: the search's keys leave the vector as
+64-bit words, the first key in the low half, and a decode's codes come in as one integer, the
+first code in its lowest bits. Byte-for-byte the same as
 `formats.reference`: the IEEE division and the carry table of `cpu_kernels._nearest_carry`.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ from numba import types
 from numba.extending import intrinsic
 
 LANES = 8
+DECODE, ACCUMULATE, PAIR = 0, 1, 2  # what a decode step writes (cpu_kernels.decode's modes)
 CODES_STEP = 4 * LANES  # elements per carry_codes: four divisions issued before the first table read
 PREFETCH_AHEAD = 2048  # floats (8 KB) ahead of the codes step: the next block's absmax reads them from cache
 
@@ -105,29 +107,56 @@ def carry_codes(typingctx, x, i, scale, carry, codes):
     return types.void(x, i, scale, carry, codes), codegen
 
 
-@intrinsic
-def table_values8(typingctx, codes, i, table, out):
-    """out[i:i+8] = table[codes[i:i+8]] (8-bit codes, a float32 table of 256). The caller keeps
-    i + 8 <= len(codes), len(out). The eight codes come in as one 64-bit load and leave it by
-    shifts, no vector extracts: 25.6M values in 6.3 against 8.1 ms with LLVM's Haswell code and
-    5.5 against 6.6 with Zen 3's, on the Zen 4 (docs/performance.md). Plain stores: non-temporal
-    ones, as the native kernels write large outputs, made it slower here (8.68 against 7.15 ms)."""
-    if not (_contiguous(codes, types.uint8) and isinstance(i, types.Integer) and _contiguous(table, types.float32)
-            and _contiguous(out, types.float32)):
-        return None
+def _table_values(builder: ir.IRBuilder, codes: ir.Value, at: ir.Value, bits: int, table: ir.Value) -> ir.Value:
+    """<8 x float> table[codes of elements at .. at + 7], `bits`-bit codes packed first in the
+    lowest bits (at a multiple of 8 / bits): the eight codes come in as one integer load of
+    `bits` bytes and leave it by shifts, no vector extracts."""
+    byte = builder.lshr(builder.mul(at, ir.Constant(at.type, bits)), ir.Constant(at.type, 3))
+    word = builder.load(builder.bitcast(builder.gep(codes, [byte]), ir.IntType(8 * bits).as_pointer()), align=1)
+    word = builder.zext(word, _I64) if bits < 8 else word
+    table32 = builder.bitcast(table, _I32.as_pointer())
+    v = ir.Constant(_V32, ir.Undefined)
+    for q in range(LANES):
+        key = builder.and_(builder.lshr(word, ir.Constant(_I64, bits * q)), ir.Constant(_I64, (1 << bits) - 1))
+        v = builder.insert_element(v, builder.load(builder.gep(table32, [key]), align=4), ir.Constant(_I32, q))
+    return builder.bitcast(v, _VF)
 
-    def codegen(context, builder, sig, args):
-        ca = context.make_array(sig.args[0])(context, builder, args[0])
-        ta = context.make_array(sig.args[2])(context, builder, args[2])
-        oa = context.make_array(sig.args[3])(context, builder, args[3])
-        at = args[1]
-        word = builder.load(builder.bitcast(builder.gep(ca.data, [at]), _I64.as_pointer()), align=1)
-        table32 = builder.bitcast(ta.data, _I32.as_pointer())
-        v = ir.Constant(_V32, ir.Undefined)
-        for q in range(LANES):
-            key = builder.and_(builder.lshr(word, ir.Constant(_I64, 8 * q)), ir.Constant(_I64, 255))
-            v = builder.insert_element(v, builder.load(builder.gep(table32, [key]), align=4), ir.Constant(_I32, q))
-        builder.store(builder.bitcast(v, _VF), builder.bitcast(builder.gep(oa.data, [at]), _VF.as_pointer()), align=4)
-        return context.get_dummy_value()
 
-    return types.void(codes, i, table, out), codegen
+def _decode_step(bits: int, mode: int):
+    """The intrinsic step(codes, codes1, i, table, table1, post, out) for elements i .. i + 7 of
+    `bits`-bit codes (i a multiple of 8 / bits; the caller keeps the codes and out in range):
+    DECODE: out = table[code]; ACCUMULATE: out = (out + table[code]) * post; PAIR: out =
+    (table[code] + table1[code1]) * post, in float32 as `cpu_kernels._decode_one` (codes1 and
+    table1 are read in PAIR mode alone, post not in DECODE mode)."""
+
+    def step(typingctx, codes, codes1, i, table, table1, post, out):
+        if not (_contiguous(codes, types.uint8) and _contiguous(codes1, types.uint8) and isinstance(i, types.Integer)
+                and _contiguous(table, types.float32) and _contiguous(table1, types.float32)
+                and post == types.float32 and _contiguous(out, types.float32)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            ca, c1a, ta, t1a, oa = (context.make_array(sig.args[k])(context, builder, args[k]) for k in (0, 1, 3, 4, 6))
+            at = args[2]
+            v = _table_values(builder, ca.data, at, bits, ta.data)
+            target = builder.bitcast(builder.gep(oa.data, [at]), _VF.as_pointer())
+            if mode == PAIR:
+                v = builder.fadd(v, _table_values(builder, c1a.data, at, bits, t1a.data))
+            elif mode == ACCUMULATE:
+                v = builder.fadd(builder.load(target, align=4), v)
+            if mode != DECODE:
+                v = builder.fmul(v, _splat(builder, args[5], _VF))
+            builder.store(v, target, align=4)
+            return context.get_dummy_value()
+
+        return types.void(codes, codes1, i, table, table1, post, out), codegen
+
+    step.__name__ = f"decode{bits}_{('plain', 'accumulate', 'pair')[mode]}"
+    return intrinsic(step)
+
+
+# Plain stores: non-temporal ones, as the native kernels write large outputs, made 25.6M decoded
+# values slower here (8.68 against 7.15 ms, Zen 4, docs/performance.md).
+decode8, accumulate8, pair8 = (_decode_step(8, m) for m in (DECODE, ACCUMULATE, PAIR))
+decode4, accumulate4, pair4 = (_decode_step(4, m) for m in (DECODE, ACCUMULATE, PAIR))
+decode2, accumulate2, pair2 = (_decode_step(2, m) for m in (DECODE, ACCUMULATE, PAIR))
