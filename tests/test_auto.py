@@ -2,6 +2,8 @@
 the override, saved calibrations and the agreement order (`collective/auto.py`)."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from horovod_q8.collective import auto as A
@@ -277,6 +279,22 @@ def _with_huge(cal: A.Calibration, slower: float) -> A.Calibration:
                          cal.small, cal.large, huge)
 
 
+@pytest.mark.parametrize("text,threshold,warned", [("67108864", 64 << 20, False), (" 1024 ", 1024, False),
+                                                   ("0", 0, False), ("64MB", 64, True), ("64 MiB", 64, True),
+                                                   ("lots", 0, True), ("-5", 0, False)])
+def test_fusion_threshold_is_read_as_horovod_reads_it(monkeypatch, text, threshold, warned):
+    """Horovod takes strtol's leading integer (horovod/common/operations.cc): "64MB" is 64 bytes
+    there, so here too, with a warning naming what Horovod reads."""
+    monkeypatch.setenv(A.FUSION_ENV, text)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert A.fusion_threshold() == threshold
+        assert bool(caught) == warned, [str(w.message) for w in caught]
+        if warned:
+            assert f"Horovod reads {threshold} bytes" in str(caught[0].message)
+        assert A.fusion_elements("none") == threshold // 4 and A.fusion_elements("fp16") == threshold // 2
+
+
 def test_in_a_step_horovods_own_paths_cost_their_share_of_the_fused_message(monkeypatch):
     monkeypatch.delenv(A.FUSION_ENV, raising=False)
     # a link where a lone 16 MiB bucket goes plain, but a 64 MiB message moves at half the rate
@@ -300,7 +318,7 @@ def test_in_a_step_horovods_own_paths_cost_their_share_of_the_fused_message(monk
     assert dict(step[0].predicted)["q8"] == plan.predict("q8", n)  # its own collective, not fused
     f16 = min(sum(sizes), A.fusion_elements("fp16"))  # fp16's casts count in full
     assert dict(step[0].predicted)["fp16"] == pytest.approx(n / f16 * plan.predict("fp16", f16), rel=1e-12)
-    assert A.fusion_elements("fp16") == 2 * A.fusion_elements("none") == (64 << 20) // 2
+    assert A.fusion_elements("fp16") == 2 * A.fusion_elements("none") == (128 << 20) // 2  # Horovod's default
     assert plan.choose_step([n]) == [plan.choose(n)]  # one bucket: nothing to fuse it with
     before = plan.fingerprint()
     monkeypatch.setenv(A.FUSION_ENV, "0")  # Horovod's fusion off: each bucket alone

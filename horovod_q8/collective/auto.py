@@ -16,8 +16,10 @@ import hashlib
 import json
 import math
 import os
+import re
 import statistics
 import time
+import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -37,7 +39,7 @@ DEFAULT_ALLOW = ("none", "fp16", "q8")
 # Elements of the two probe sizes. LARGE is a 16 MiB float32 tensor: a CPU-bound link moves a
 # 4 MiB message, which stays in cache, about twice as fast as a 100 MB one.
 SMALL, LARGE = 4096, 1 << 22
-# Horovod's own paths are also timed at HUGE (Horovod's 64 MiB fusion buffer) where the link
+# Horovod's own paths are also timed at HUGE (a 64 MiB float32 message) where the link
 # moves LARGE within HUGE_BELOW_S: fp16's MPI sum of halves slows down past a few MB (2 hosts,
 # Numba: fitted at LARGE, fp16 was predicted at half its 25.6M-element time and chosen over q8).
 HUGE, HUGE_BELOW_S = 1 << 24, 0.06
@@ -54,7 +56,9 @@ HUGE_AGAIN_BELOW_S = 0.15
 # the fused step faster than the lone tensor (129-142 ms against 163-188,
 # docs/runs/auto/2026-12-06-fdbd841).
 FUSED_PARTS = 4
-FUSION_ENV, DEFAULT_FUSION_THRESHOLD = "HOROVOD_FUSION_THRESHOLD", 64 << 20  # Horovod's, in bytes
+# Horovod's fusion threshold in bytes, 128 MiB unless set (Horovod >= 0.21, horovod/common/operations.cc)
+FUSION_ENV, DEFAULT_FUSION_THRESHOLD = "HOROVOD_FUSION_THRESHOLD", 128 << 20
+_LEADING_INTEGER = re.compile(r"\s*([+-]?\d+)")
 PATTERN = 1 << 16  # probe values: a random normal block this long, repeated
 CODEC_ELEMENTS = 1 << 21  # elements each codec rate is measured on: enough that threads' start-up does not count
 # calls in one codec timing, back to back after the ranks' barrier: ranks that share cores do not
@@ -245,14 +249,25 @@ def probe_values(n: int) -> np.ndarray:
     return np.resize(block, n)
 
 
+def fusion_threshold() -> int:
+    """Horovod's fusion threshold in bytes, read as Horovod reads HOROVOD_FUSION_THRESHOLD
+    (strtol: its leading integer, 0 where there is none), so that "64MB" is 64 bytes there and
+    here; such a value is warned about, since Horovod then fuses almost nothing."""
+    text = os.environ.get(FUSION_ENV)
+    if text is None:
+        return DEFAULT_FUSION_THRESHOLD
+    match = _LEADING_INTEGER.match(text)
+    threshold = int(match.group(1)) if match else 0
+    if not match or match.end() != len(text.rstrip()):
+        warnings.warn(f"{FUSION_ENV}={text!r}: Horovod reads {threshold} bytes from it (a number of bytes is "
+                      f"meant, e.g. {FUSION_ENV}={64 << 20} for 64 MiB)", stacklevel=2)
+    return max(threshold, 0)
+
+
 def fusion_elements(name: str) -> int:
     """Elements Horovod fuses into one message when sent as `name` (none or fp16): its fusion
-    threshold (HOROVOD_FUSION_THRESHOLD, 64 MiB by default) over the bytes per element sent."""
-    try:
-        threshold = int(os.environ.get(FUSION_ENV, DEFAULT_FUSION_THRESHOLD))
-    except ValueError:
-        threshold = DEFAULT_FUSION_THRESHOLD
-    return max(threshold, 0) // (2 if name == "fp16" else 4)
+    threshold over the bytes per element sent."""
+    return fusion_threshold() // (2 if name == "fp16" else 4)
 
 
 def _best(fn: Callable[[], None], repeats: int, warm: bool = True,

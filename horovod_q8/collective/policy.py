@@ -19,10 +19,10 @@ from horovod_q8.formats import layer_group
 
 # Bytes per element of the uncompressed baselines (Horovod's none and fp16).
 BASELINE_BYTES = {"none": 4, "fp16": 2}
-# horovod_q8's bucket size, Horovod's own fusion threshold: a bucket's codec still runs while
-# another's bytes move, and a step has fewer collectives for ranks to wait on each other in.
-# ResNet-50's step on 2 ranks took 10-29% less time than with 16 MiB buckets and no more on 4
-# (docs/performance.md, "Buckets of 16 MiB").
+# horovod_q8's bucket size (Horovod's own fusion threshold is 128 MiB): small enough that a
+# bucket's codec still runs while another's bytes move, large enough that a step has few
+# collectives for ranks to wait on each other in. ResNet-50's step on 2 ranks took 10-29% less
+# time than with 16 MiB buckets and no more on 4 (docs/performance.md, "Buckets of 16 MiB").
 DEFAULT_FUSION_BYTES = 64 * 1024 * 1024
 
 

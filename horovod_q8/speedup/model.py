@@ -15,7 +15,7 @@ from horovod_q8.speedup import rates as R
 from horovod_q8.speedup.layers import ModelSpec
 from horovod_q8.speedup.network import Cluster
 
-FUSION_BYTES = 64 * 1024 * 1024  # Horovod's default HOROVOD_FUSION_THRESHOLD
+FUSION_BYTES = policy.DEFAULT_FUSION_BYTES  # horovod_q8's buckets, every path modelled with them
 MIN_SIZE = 1024  # horovod_q8 sends smaller tensors uncompressed
 # Fraction of the compute time that communication can hide behind. Backward is about 2/3 of
 # forward + backward; gradients become ready uniformly during it, so on average the reduction
