@@ -123,3 +123,17 @@ def test_ddp_hook_refuses_what_is_not_a_ddp_bucket():
 
     with pytest.raises(TypeError, match="DistributedDataParallel communication hook.*FSDP"):
         ddp_hook(Q8HookState("q8"), torch.zeros(3))
+
+
+def test_hook_state_loads_what_the_same_setting_saved():
+    """A hook state saved with error_feedback spelled None loads under the setting it meant;
+    another setting's state is refused with a sentence."""
+    from horovod_q8.torch.ddp import Q8HookState
+
+    for name, meant in (("q8", False), ("twobit", True)):
+        saved = Q8HookState(name).state_dict()
+        old = dict(saved, setting=dict(saved["setting"], error_feedback=None))  # as saved before None was resolved
+        for state in (saved, old):
+            Q8HookState(name, error_feedback=meant).load_state_dict(state)
+        with pytest.raises(ValueError, match="saved with another compression setting"):
+            Q8HookState(name, error_feedback=not meant).load_state_dict(old)

@@ -65,8 +65,10 @@ class Setting:
         return self.format.uses_residual if self.error_feedback is None else self.error_feedback
 
     def fingerprint(self) -> dict:
-        """Every field as plain JSON values: what ranks compare to agree on the setting."""
+        """Every field as plain JSON values: what ranks compare to agree on the setting;
+        error_feedback as it takes effect (None and False are the same for q8)."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(Setting)}
+        d["error_feedback"] = self.feedback
         d["format"] = {k: list(v) if isinstance(v, tuple) else v
                        for k, v in dataclasses.asdict(self.format).items()}
         return json.loads(json.dumps(d))

@@ -144,7 +144,10 @@ class Q8HookState:
         return out
 
     def load_state_dict(self, state: dict) -> None:
-        if state.get("setting") not in (None, self.fingerprint()):
+        saved = state.get("setting")
+        if self.setting is not None and isinstance(saved, dict) and saved.get("error_feedback", False) is None:
+            saved = {**saved, "error_feedback": self.setting.format.uses_residual}  # saved before None was resolved
+        if saved not in (None, self.fingerprint()):
             raise ValueError("horovod_q8: this checkpoint's hook state was saved with another "
                              "compression setting")
         self.iter = int(state["iter"])
