@@ -158,5 +158,5 @@ def _decode_step(bits: int, mode: int):
 # Plain stores: non-temporal ones, as the native kernels write large outputs, made 25.6M decoded
 # values slower here (8.68 against 7.15 ms, Zen 4, docs/performance.md).
 decode8, accumulate8, pair8 = (_decode_step(8, m) for m in (DECODE, ACCUMULATE, PAIR))
-decode4, accumulate4, pair4 = (_decode_step(4, m) for m in (DECODE, ACCUMULATE, PAIR))
-decode2, accumulate2, pair2 = (_decode_step(2, m) for m in (DECODE, ACCUMULATE, PAIR))
+decode4, accumulate4 = (_decode_step(4, m) for m in (DECODE, ACCUMULATE))
+decode2, accumulate2 = (_decode_step(2, m) for m in (DECODE, ACCUMULATE))  # pairs of narrow codes: cpu_kernels._pair_packed
