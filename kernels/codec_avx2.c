@@ -435,7 +435,8 @@ AVX2 void hq8_avx2_threshold(const float *x, int64_t n, float *residual, uint8_t
 AVX2 static inline __m256 values8_8(const uint8_t *c, const float *table) {
     uint64_t w;
     memcpy(&w, c, 8);
-    const int32_t *t = (const int32_t *)table;
+    typedef int32_t bits32 __attribute__((may_alias));  // the float table read as its bits
+    const bits32 *t = (const bits32 *)table;
     __m128i a = _mm_cvtsi32_si128(t[w & 255]), h = _mm_cvtsi32_si128(t[(w >> 32) & 255]);
     a = _mm_insert_epi32(a, t[(w >> 8) & 255], 1);
     h = _mm_insert_epi32(h, t[(w >> 40) & 255], 1);

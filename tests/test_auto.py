@@ -281,7 +281,7 @@ def _with_huge(cal: A.Calibration, slower: float) -> A.Calibration:
 
 @pytest.mark.parametrize("text,threshold,warned", [("67108864", 64 << 20, False), (" 1024 ", 1024, False),
                                                    ("0", 0, False), ("64MB", 64, True), ("64 MiB", 64, True),
-                                                   ("lots", 0, True), ("-5", 0, False)])
+                                                   ("lots", 0, True), ("-5", 0, False), ("\uff16\uff14", 0, True)])
 def test_fusion_threshold_is_read_as_horovod_reads_it(monkeypatch, text, threshold, warned):
     """Horovod takes strtol's leading integer (horovod/common/operations.cc): "64MB" is 64 bytes
     there, so here too, with a warning naming what Horovod reads."""

@@ -30,7 +30,7 @@ from horovod_q8.cores import codec_threads
 # every cached kernel is compiled again (tests/test_codec_kernels.py checks it). Every function
 # that inlines that IR is defined in this file. A tree copied with its timestamps kept onto a
 # cache of the old one would still load the old code: the digest keeps the file's size.
-NUMBA_VECTORS_DIGEST = "d9a40c4147eab715"
+NUMBA_VECTORS_DIGEST = "29ec8e3ec39b0867"
 
 ABS_MASK = np.uint32(0x7FFFFFFF)
 INF_BITS = np.uint32(0x7F800000)

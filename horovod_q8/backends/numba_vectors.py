@@ -137,7 +137,7 @@ def _decode_step(bits: int, mode: int):
 
         def codegen(context, builder, sig, args):
             ca, c1a, ta, t1a, oa = (context.make_array(sig.args[k])(context, builder, args[k]) for k in (0, 1, 3, 4, 6))
-            at = args[2]
+            at = context.cast(builder, args[2], sig.args[2], types.int64)  # at * bits must not wrap
             v = _table_values(builder, ca.data, at, bits, ta.data)
             target = builder.bitcast(builder.gep(oa.data, [at]), _VF.as_pointer())
             if mode == PAIR:

@@ -58,7 +58,7 @@ HUGE_AGAIN_BELOW_S = 0.15
 FUSED_PARTS = 4
 # Horovod's fusion threshold in bytes, 128 MiB unless set (Horovod >= 0.21, horovod/common/operations.cc)
 FUSION_ENV, DEFAULT_FUSION_THRESHOLD = "HOROVOD_FUSION_THRESHOLD", 128 << 20
-_LEADING_INTEGER = re.compile(r"\s*([+-]?\d+)")
+_LEADING_INTEGER = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)", re.ASCII)  # strtol's own whitespace and digits
 PATTERN = 1 << 16  # probe values: a random normal block this long, repeated
 CODEC_ELEMENTS = 1 << 21  # elements each codec rate is measured on: enough that threads' start-up does not count
 # calls in one codec timing, back to back after the ranks' barrier: ranks that share cores do not

@@ -66,9 +66,10 @@ class Setting:
 
     def fingerprint(self) -> dict:
         """Every field as plain JSON values: what ranks compare to agree on the setting;
-        error_feedback as it takes effect (None and False are the same for q8)."""
+        error_feedback as it takes effect (None and False are the same for q8; threshold
+        formats keep their residual whatever it says: engine.Request.keeps_residual)."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(Setting)}
-        d["error_feedback"] = self.feedback
+        d["error_feedback"] = self.feedback or self.format.uses_residual
         d["format"] = {k: list(v) if isinstance(v, tuple) else v
                        for k, v in dataclasses.asdict(self.format).items()}
         return json.loads(json.dumps(d))
