@@ -59,7 +59,10 @@ def dequantize(buf, fmt: FormatLike, shape, *, dtype=np.float32, out=None,
         raise ValueError(f"{f.name}: buffer has {buf.size} bytes, {f.nbytes(n)} expected for shape {shape}")
     be = backends.get(backend) if backend else backends.for_array(buf)
     if out is not None:
-        be.decode(buf, f, n, out=out.reshape(-1), accumulate=accumulate)
+        flat = out.reshape(-1) if out.flags.c_contiguous else out.flatten()  # strided: decoded apart, written back
+        be.decode(buf, f, n, out=flat, accumulate=accumulate)
+        if not out.flags.c_contiguous:
+            out[...] = flat.reshape(out.shape)
         return out
     values = be.decode(buf, f, n).reshape(shape)
     return values if np.dtype(dtype) == np.float32 else values.astype(dtype)

@@ -199,3 +199,25 @@ def test_cpu_backend_takes_strided_input_and_refuses_short_arrays(kernels, reque
         cpu.decode_sum([buf, buf[:-1]], fmt, n, np.empty(n, np.float32))
     with pytest.raises(ValueError, match="output of"):
         cpu.encode(x, fmt, out=np.empty(fmt.nbytes(n) - 1, np.uint8))
+    with pytest.raises(ValueError, match="one contiguous run"):
+        cpu.decode(buf, fmt, n, out=raw[::2])
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+def test_dequantize_into_a_strided_out(backend):
+    """`dequantize(..., out=view)` writes the view, plain and accumulating, and nothing around
+    it (a strided view's reshape is a copy: decoding there alone would lose the values)."""
+    n = 3000
+    fmt = get("q8").for_shape((n,))
+    x = np.random.default_rng(9).standard_normal(n).astype(np.float32)
+    buf = q.quantize(x, fmt, backend=backend)
+    want = q.dequantize(buf, fmt, n, backend="reference")
+    raw = np.full(2 * n, 5.0, np.float32)
+    assert q.dequantize(buf, fmt, n, out=raw[::2], backend=backend) is not None
+    np.testing.assert_array_equal(raw[::2], want)
+    assert np.all(raw[1::2] == 5.0)
+    q.dequantize(buf, fmt, n, out=raw[::2], accumulate=True, backend=backend)
+    np.testing.assert_array_equal(raw[::2], want + want)
+    grid = np.zeros((60, 50), np.float32).T  # Fortran order: not C-contiguous
+    q.dequantize(buf, fmt.for_shape(grid.shape), grid.shape, out=grid, backend=backend)
+    np.testing.assert_array_equal(grid.reshape(-1), want)

@@ -31,6 +31,9 @@ def check_sizes(what: str, fmt, n: int, bufs=(), out=None, out_min: Optional[int
     want = n if out_min is None else out_min
     if out is not None and out.size < want:
         raise ValueError(f"{what}: output of {out.size} elements, {want} needed for {n} elements")
+    if out is not None and not out.flags.c_contiguous:
+        raise ValueError(f"{what}: the output must be one contiguous run (a strided view was given; "
+                         f"horovod_q8.dequantize takes one)")
 
 
 def decode_sum_by_parts(decode, bufs, fmt, n: int, out, scale: float = 1.0):
