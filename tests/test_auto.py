@@ -93,6 +93,12 @@ def test_combine_recovers_the_link_and_takes_the_slowest_rank():
     assert A.combine([slow, fast], p) == cal  # whatever the order, the same figures
 
 
+def test_error_feedback_false_is_the_default_in_the_fingerprint():
+    base = A.make_auto(("none", "q8", "twobit")).fingerprint()
+    assert A.make_auto(("none", "q8", "twobit"), error_feedback=False).fingerprint() == base
+    assert A.make_auto(("none", "q8", "twobit"), error_feedback=True).fingerprint() != base
+
+
 def test_override_forces_every_choice_and_is_part_of_the_fingerprint(monkeypatch):
     base = A.Auto(allow=("none", "q8", "q4")).fingerprint()
     monkeypatch.setenv(A.OVERRIDE_ENV, "q4")

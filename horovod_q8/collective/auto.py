@@ -126,9 +126,11 @@ class Auto:
         return int(dict(self.options).get("warmup_steps", 0))
 
     def fingerprint(self) -> dict:
-        """Plain JSON values: what ranks compare to agree on the setting."""
+        """Plain JSON values: what ranks compare to agree on the setting. error_feedback=False
+        does what leaving it out does for every format (codebooks: off; threshold formats keep
+        their residual), so it is left out."""
         return {"auto": {"allow": list(self.allow), "min_size": self.min_size,
-                         "options": {k: v for k, v in self.options},
+                         "options": {k: v for k, v in self.options if (k, v) != ("error_feedback", False)},
                          "override": os.environ.get(OVERRIDE_ENV, "").strip() or None}}  # as set: ranks compare it first
 
 
