@@ -44,8 +44,8 @@ SOURCE = REPO / "kernels" / "codec_avx2.c"
 TARGETS = {"avx2": 1.5, "numba": 2.5}  # (encode + decode) / copy, issue 34
 CODES8_BODY = "    __m256i neg = _mm256_srai_epi32(b, 31);  // -1 where the sign bit is set\n"
 CODES8_END = "    return _mm256_blendv_epi8(code, _mm256_sub_epi32(twice_center, code), neg);\n}\n"
-VALUES8_BODY = "    uint64_t w;\n    memcpy(&w, c, 8);\n    __m128 a = _mm_load_ss(table + (w & 255))"
-VALUES8_END = "    return _mm256_insertf128_ps(_mm256_castps128_ps256(a), h, 1);\n}\n"
+VALUES8_BODY = "    uint64_t w;\n    memcpy(&w, c, 8);\n    typedef int32_t bits32"
+VALUES8_END = "    return _mm256_castsi256_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(a), h, 1));\n}\n"
 
 
 def _between(s: str, start: str, end: str) -> Tuple[int, int]:
